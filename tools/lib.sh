@@ -1,0 +1,97 @@
+# Shared settings and helpers for the workspace scripts in tools/.
+# Sourced, not executed.
+
+set -euo pipefail
+
+TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=../upstream.conf
+. "$TOP/upstream.conf"
+
+# Everything generated lives in the build area; it is never committed.
+BUILD=${BUILD_DIR:-$TOP/build}
+case $BUILD in /*) ;; *) BUILD=$TOP/$BUILD ;; esac
+DOWNLOAD=$BUILD/download
+PRISTINE=$BUILD/pristine.git	# one commit: the pristine tarball
+SRC=$BUILD/src					# the patched tree developers edit
+VANILLA_SRC=$BUILD/vanilla-src	# the pristine tree, built for comparison
+MESON=$BUILD/meson
+INSTALL=$BUILD/install
+SERIES_OUT=$BUILD/series
+
+# Servers refuse to run as root: tests, demo and benchmarks use this user.
+TEST_USER=${PG_TEST_USER:-pgtest}
+
+# Deterministic identity for the commits apply makes, so that a second
+# apply yields the same history.
+export GIT_AUTHOR_NAME="PostgreSQL patch series"
+export GIT_AUTHOR_EMAIL="pgsql-hackers@lists.postgresql.org"
+export GIT_COMMITTER_NAME=$GIT_AUTHOR_NAME
+export GIT_COMMITTER_EMAIL=$GIT_AUTHOR_EMAIL
+export GIT_AUTHOR_DATE="2026-01-01T00:00:00Z"
+export GIT_COMMITTER_DATE=$GIT_AUTHOR_DATE
+
+# ccache: share hits between checkouts in different directories.
+export CCACHE_BASEDIR=$BUILD
+export CCACHE_NOHASHDIR=true
+
+say() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Features, in series order (comments and blank lines ignored).
+features() {
+	sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$TOP/patches/series"
+}
+
+# A feature's patch file holds its commit message, a line "---", and then
+# the diff of the upstream files it changes.  Its overlay list names the
+# files the feature adds.
+patch_file() { echo "$TOP/patches/$1.patch"; }
+overlay_list() { echo "$TOP/patches/$1.files"; }
+
+patch_message() { sed -n '/^---$/q;p' "$1"; }
+
+# Overlay files of a feature, one per line.
+overlay_files() {
+	local list
+	list=$(overlay_list "$1")
+	[ -f "$list" ] || return 0
+	sed -e 's/#.*//' -e '/^[[:space:]]*$/d' "$list"
+}
+
+git_tree() { git -C "$SRC" "$@"; }
+
+require_tree() {
+	[ -d "$SRC/.git" ] || die "no extracted tree at $SRC; run 'make apply' first"
+}
+
+as_root_or_die() {
+	[ "$(id -u)" = 0 ] || die "$1 needs root"
+}
+
+# Create the unprivileged user servers run as, and make sure it can read
+# the tree and write the given directories.
+prepare_test_user() {
+	if ! id "$TEST_USER" >/dev/null 2>&1; then
+		as_root_or_die "creating the test user $TEST_USER"
+		say "creating user $TEST_USER"
+		useradd --create-home --shell /bin/bash "$TEST_USER"
+	fi
+	[ "$(id -un)" = "$TEST_USER" ] && return 0
+	as_root_or_die "running servers as $TEST_USER"
+	runuser -u "$TEST_USER" -- test -r "$SRC/meson.build" ||
+		die "user $TEST_USER cannot read $SRC (a parent directory is not world-searchable?); put the build area elsewhere with BUILD_DIR=/some/dir"
+	local d
+	for d in "$@"; do
+		mkdir -p "$d"
+		chown -R "$TEST_USER:" "$d"
+	done
+}
+
+# Run a command as the test user (or as ourselves when we are that user).
+as_test_user() {
+	if [ "$(id -un)" = "$TEST_USER" ]; then
+		"$@"
+	else
+		runuser -u "$TEST_USER" -- "$@"
+	fi
+}
