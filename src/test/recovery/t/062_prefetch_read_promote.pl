@@ -1,0 +1,85 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# A standby catching up with recovery_prefetch_method = read must shut down
+# promptly on a fast shutdown, and promote, while its look-ahead has reads in
+# flight: neither may wait for more WAL or leave buffers behind.  After
+# promotion it has replayed everything the primary wrote, and takes writes.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf(
+	'postgresql.conf', q{
+full_page_writes = off
+wal_keep_size = 1GB
+max_wal_size = 1GB
+autovacuum = off
+});
+$primary->start;
+$primary->safe_psql('postgres',
+	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
+	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 50000) g;});
+$primary->backup('backup');
+
+my $standby = PostgreSQL::Test::Cluster->new('standby');
+$standby->init_from_backup($primary, 'backup', has_streaming => 1);
+$standby->append_conf(
+	'postgresql.conf', q{
+shared_buffers = 1MB
+recovery_prefetch = on
+recovery_prefetch_method = read
+});
+
+# A backlog for the standby to catch up on: updates spread over the table.
+sub make_backlog
+{
+	for my $i (1 .. 4)
+	{
+		$primary->safe_psql('postgres',
+			"UPDATE t SET val = val + 1 WHERE id % 4 = $i % 4");
+	}
+}
+
+# Wait until the standby's look-ahead has started reads, which it reports
+# while replaying.
+sub wait_for_reads
+{
+	my ($node) = @_;
+	$node->poll_query_until('postgres',
+		'SELECT reads > 0 FROM pg_stat_recovery_prefetch')
+	  or die 'timed out waiting for prefetch reads';
+}
+
+make_backlog();
+$standby->start;
+wait_for_reads($standby);
+$standby->stop('fast');
+ok($standby->log_contains('database system is shut down'),
+	'fast shutdown while catching up completed');
+
+make_backlog();
+my $expected = $primary->safe_psql('postgres',
+	'SELECT count(*), sum(val) FROM t');
+my $end_lsn = $primary->lsn('insert');
+$standby->start;
+wait_for_reads($standby);
+$standby->promote;
+is($standby->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
+	'f', 'promoted while catching up');
+cmp_ok(
+	$standby->safe_psql('postgres',
+		"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '$end_lsn') >= 0"),
+	'eq', 't',
+	'promotion came after everything available was replayed');
+is($standby->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
+	$expected, 'the promoted standby has every update');
+$standby->safe_psql('postgres', 'UPDATE t SET val = -1 WHERE id = 1');
+is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
+	'-1', 'the promoted standby takes writes');
+
+done_testing();
