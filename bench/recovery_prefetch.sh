@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Crash recovery time with recovery prefetch: vanilla PostgreSQL against the
+# patched server, side by side in one run, on copies of the same crashed
+# cluster.
+#
+# For each full_page_writes setting (ROWS), it makes one crashed cluster
+# (pgbench -i at SCALE, a checkpoint, DURATION seconds of pgbench -N with
+# CLIENTS clients, then an immediate stop).  Each variant then recovers a
+# fresh copy of it, after the page cache has been dropped, with the server in
+# a memory cgroup limited to MEMORY_LIMIT so that the data cannot all be
+# cached; the "cached" variants instead read every file beforehand and run
+# without a limit, the lower bound.  It reports the "redo done ... elapsed"
+# time of each, the ratios, and plots replay progress (from
+# log_startup_progress_interval) per variant.
+#
+# Needs root (cgroup, drop_caches) and the optimized builds (make
+# bench-builds).  Usage: bench/recovery_prefetch.sh [VARIANT...]
+set -euo pipefail
+. "$(dirname "$0")/../tools/lib.sh"
+
+SCALE=${SCALE:-200}
+DURATION=${DURATION:-120}
+CLIENTS=${CLIENTS:-4}
+MEMORY_LIMIT=${MEMORY_LIMIT:-1536M}
+ROWS=${ROWS:-"on off"}
+WORK=${BENCH_DIR:-$BUILD/bench/recovery-prefetch}
+OUT=${BENCH_OUT:-$TOP/bench/results}
+PORT=${BENCH_PORT:-54400}
+
+# name | build | settings appended for the recovery | memory
+VARIANTS=(
+	"vanilla_off|vanilla|recovery_prefetch = off|limited"
+	"vanilla_advice|vanilla|recovery_prefetch = on|limited"
+	"ours_read_uring|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|limited"
+	"ours_read_worker|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = worker|limited"
+	"vanilla_direct|vanilla|recovery_prefetch = on;debug_io_direct = data|limited"
+	"ours_direct|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data|limited"
+	"vanilla_cached|vanilla|recovery_prefetch = off|cached"
+	"ours_cached|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|cached"
+)
+
+[ "$(id -u)" = 0 ] ||
+	die "this benchmark needs root: it drops the page cache and puts the server in a memory cgroup"
+
+bin_of() { echo "$INSTALL/$1-opt/bin"; }
+for b in patched vanilla; do
+	[ -x "$(bin_of $b)/postgres" ] || die "no $b-opt build; run 'make bench-builds'"
+done
+patched_catversion=$(grep -o 'CATALOG_VERSION_NO[[:space:]]*[0-9]*' \
+	"$SRC/src/include/catalog/catversion.h" | awk '{print $2}')
+
+# A memory cgroup for the server (v1 or v2, whichever has the controller).
+setup_cgroup() {
+	local v1=/sys/fs/cgroup/memory v2=/sys/fs/cgroup
+	if [ -f "$v1/memory.limit_in_bytes" ]; then
+		local self
+		self=$(awk -F: '$2 == "memory" {print $3}' /proc/self/cgroup)
+		CGROUP=$v1$self/pgbench-recovery
+		mkdir -p "$CGROUP"
+		echo "$MEMORY_LIMIT" >"$CGROUP/memory.limit_in_bytes"
+	elif grep -qw memory "$v2/cgroup.controllers" 2>/dev/null; then
+		CGROUP=$v2/pgbench-recovery
+		mkdir -p "$CGROUP"
+		echo "$MEMORY_LIMIT" >"$CGROUP/memory.max"
+	else
+		die "no memory cgroup controller available; cannot hold the server's memory below the data size"
+	fi
+}
+
+drop_caches() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+
+pg() {
+	local build=$1
+	shift
+	as_test_user env PATH="$(bin_of "$build"):$PATH" PGHOST="$WORK" PGPORT=$PORT "$@"
+}
+
+# Start a server inside the cgroup (or not), and wait until it accepts
+# connections, that is, until crash recovery is over.
+start_server() {
+	local build=$1 data=$2 memory=$3 log=$4
+	if [ "$memory" = limited ]; then
+		bash -c "echo \$\$ >'$CGROUP/cgroup.procs' && exec runuser -u '$TEST_USER' -- '$(bin_of "$build")/pg_ctl' -D '$data' -l '$log' -w -t 3600 start" >/dev/null
+	else
+		pg "$build" pg_ctl -D "$data" -l "$log" -w -t 3600 start >/dev/null
+	fi
+}
+
+make_base() {
+	local base=$WORK/base
+	[ -f "$base/.done" ] && return
+	say "initializing pgbench scale $SCALE"
+	rm -rf "$base"
+	pg vanilla initdb -D "$base" -N --no-instructions >/dev/null
+	cat >>"$base/postgresql.conf" <<CONF
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+port = $PORT
+shared_buffers = 128MB
+max_wal_size = 100GB
+min_wal_size = 1GB
+checkpoint_timeout = 1d
+autovacuum = off
+log_startup_progress_interval = 250ms
+CONF
+	pg vanilla pg_ctl -D "$base" -l "$WORK/base.log" -w start >/dev/null
+	pg vanilla pgbench -i -s "$SCALE" -q postgres 2>&1 | tail -n 1
+	pg vanilla pg_ctl -D "$base" -m fast stop >/dev/null
+	touch "$base/.done"
+}
+
+make_crashed() {
+	local fpw=$1 dir=$WORK/crashed-fpw-$1
+	[ -f "$dir/.done" ] && return
+	say "crashed cluster with full_page_writes = $fpw: $DURATION s of pgbench -N -c $CLIENTS"
+	rm -rf "$dir"
+	cp -a "$WORK/base" "$dir"
+	rm -f "$dir/.done"
+	echo "full_page_writes = $fpw" >>"$dir/postgresql.conf"
+	pg vanilla pg_ctl -D "$dir" -l "$WORK/crashed-$fpw.log" -w start >/dev/null
+	pg vanilla psql -qX -c checkpoint postgres
+	pg vanilla pgbench -N -c "$CLIENTS" -j "$CLIENTS" -T "$DURATION" postgres 2>&1 |
+		grep -E '^tps' || true
+	pg vanilla pg_ctl -D "$dir" -m immediate stop >/dev/null
+	touch "$dir/.done"
+}
+
+# Recover a copy of the crashed cluster; print the redo time in seconds and
+# keep the progress lines for the plot.
+recover() {
+	local fpw=$1 name=$2 build=$3 settings=$4 memory=$5
+	local copy=$WORK/copy log=$WORK/$name-fpw-$fpw.log
+	rm -rf "$copy"
+	cp -a "$WORK/crashed-fpw-$fpw" "$copy"
+	tr ';' '\n' <<<"$settings" >>"$copy/postgresql.conf"
+	if [ "$build" = patched ]; then
+		python3 "$TOP/bench/pg_control_catversion.py" "$copy" "$patched_catversion"
+	fi
+	chown -R "$TEST_USER:" "$copy"
+	rm -f "$log"
+	drop_caches
+	if [ "$memory" = cached ]; then
+		find "$copy" -type f -exec cat {} + >/dev/null
+	fi
+	start_server "$build" "$copy" "$memory" "$log"
+	pg "$build" pg_ctl -D "$copy" -m immediate stop >/dev/null
+	sed -n 's/.*redo done at .* elapsed: \([0-9.]*\) s.*/\1/p' "$log"
+}
+
+mkdir -p "$WORK" "$OUT"
+prepare_test_user "$WORK"
+chmod 755 "$WORK"
+setup_cgroup
+make_base
+for fpw in $ROWS; do
+	make_crashed "$fpw"
+done
+chown -R "$TEST_USER:" "$WORK"
+
+selected=("$@")
+results=$OUT/recovery-prefetch.txt
+: >"$WORK/times"
+for fpw in $ROWS; do
+	for v in "${VARIANTS[@]}"; do
+		IFS='|' read -r name build settings memory <<<"$v"
+		if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
+			continue
+		fi
+		say "full_page_writes = $fpw: $name"
+		t=$(recover "$fpw" "$name" "$build" "$settings" "$memory")
+		[ -n "$t" ] || die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)"
+		echo "$fpw $name $t" | tee -a "$WORK/times"
+	done
+done
+rm -rf "$WORK/copy"
+
+python3 "$TOP/bench/recovery_prefetch_report.py" "$WORK" "$OUT" \
+	"scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS, shared_buffers 128MB, memory limit $MEMORY_LIMIT" |
+	tee "$results"
