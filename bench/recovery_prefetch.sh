@@ -8,8 +8,10 @@
 # CLIENTS clients, then an immediate stop).  Each variant then recovers a
 # fresh copy of it, after the page cache has been dropped, with the server in
 # a memory cgroup limited to MEMORY_LIMIT so that the data cannot all be
-# cached; the "cached" variants instead read every file beforehand and run
-# without a limit, the lower bound.  It reports the "redo done ... elapsed"
+# cached; the "cached" variants instead lock every file of the copy in the
+# page cache (vmtouch -l: reading them once is not enough on machines whose
+# kernel pages out idle memory, as DAMON does on these VMs) and run without
+# a limit, the lower bound.  It reports the "redo done ... elapsed"
 # time of each, the ratios, and plots replay progress (from
 # log_startup_progress_interval) per variant.
 #
@@ -31,8 +33,10 @@ PORT=${BENCH_PORT:-54400}
 VARIANTS=(
 	"vanilla_off|vanilla|recovery_prefetch = off|limited"
 	"vanilla_advice|vanilla|recovery_prefetch = on|limited"
+	"vanilla_advice_deep|vanilla|recovery_prefetch = on;maintenance_io_concurrency = 100;wal_decode_buffer_size = 4MB|limited"
 	"ours_read_uring|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|limited"
 	"ours_read_worker|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = worker|limited"
+	"ours_read_deep|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;maintenance_io_concurrency = 100;wal_decode_buffer_size = 4MB|limited"
 	"vanilla_direct|vanilla|recovery_prefetch = on;debug_io_direct = data|limited"
 	"ours_direct|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data|limited"
 	"vanilla_cached|vanilla|recovery_prefetch = off|cached"
@@ -46,8 +50,14 @@ bin_of() { echo "$INSTALL/$1-opt/bin"; }
 for b in patched vanilla; do
 	[ -x "$(bin_of $b)/postgres" ] || die "no $b-opt build; run 'make bench-builds'"
 done
-patched_catversion=$(grep -o 'CATALOG_VERSION_NO[[:space:]]*[0-9]*' \
-	"$SRC/src/include/catalog/catversion.h" | awk '{print $2}')
+catversion_of() {
+	grep -o 'CATALOG_VERSION_NO[[:space:]]*[0-9]*' \
+		"$1/src/include/catalog/catversion.h" | awk '{print $2}'
+}
+# The crashed clusters are made by the patched server, so that its runs can
+# report pg_stat_recovery_prefetch; vanilla's copies get its catalog version.
+[ -d "$VANILLA_SRC" ] || die "no vanilla tree; run 'make bench-builds'"
+vanilla_catversion=$(catversion_of "$VANILLA_SRC")
 
 # A memory cgroup for the server (v1 or v2, whichever has the controller).
 setup_cgroup() {
@@ -91,10 +101,10 @@ start_server() {
 
 make_base() {
 	local base=$WORK/base
-	[ -f "$base/.done" ] && return
+	[ -f "$base/.done-patched" ] && return
 	say "initializing pgbench scale $SCALE"
 	rm -rf "$base"
-	pg vanilla initdb -D "$base" -N --no-instructions >/dev/null
+	pg patched initdb -D "$base" -N --no-instructions >/dev/null
 	cat >>"$base/postgresql.conf" <<CONF
 listen_addresses = ''
 unix_socket_directories = '$WORK'
@@ -106,26 +116,26 @@ checkpoint_timeout = 1d
 autovacuum = off
 log_startup_progress_interval = 250ms
 CONF
-	pg vanilla pg_ctl -D "$base" -l "$WORK/base.log" -w start >/dev/null
-	pg vanilla pgbench -i -s "$SCALE" -q postgres 2>&1 | tail -n 1
-	pg vanilla pg_ctl -D "$base" -m fast stop >/dev/null
-	touch "$base/.done"
+	pg patched pg_ctl -D "$base" -l "$WORK/base.log" -w start >/dev/null
+	pg patched pgbench -i -s "$SCALE" -q postgres 2>&1 | tail -n 1
+	pg patched pg_ctl -D "$base" -m fast stop >/dev/null
+	touch "$base/.done-patched"
 }
 
 make_crashed() {
 	local fpw=$1 dir=$WORK/crashed-fpw-$1
-	[ -f "$dir/.done" ] && return
+	[ -f "$dir/.done-patched" ] && return
 	say "crashed cluster with full_page_writes = $fpw: $DURATION s of pgbench -N -c $CLIENTS"
 	rm -rf "$dir"
 	cp -a "$WORK/base" "$dir"
-	rm -f "$dir/.done"
+	rm -f "$dir/.done-patched"
 	echo "full_page_writes = $fpw" >>"$dir/postgresql.conf"
-	pg vanilla pg_ctl -D "$dir" -l "$WORK/crashed-$fpw.log" -w start >/dev/null
-	pg vanilla psql -qX -c checkpoint postgres
-	pg vanilla pgbench -N -c "$CLIENTS" -j "$CLIENTS" -T "$DURATION" postgres 2>&1 |
+	pg patched pg_ctl -D "$dir" -l "$WORK/crashed-$fpw.log" -w start >/dev/null
+	pg patched psql -qX -c checkpoint postgres
+	pg patched pgbench -N -c "$CLIENTS" -j "$CLIENTS" -T "$DURATION" postgres 2>&1 |
 		grep -E '^tps' || true
-	pg vanilla pg_ctl -D "$dir" -m immediate stop >/dev/null
-	touch "$dir/.done"
+	pg patched pg_ctl -D "$dir" -m immediate stop >/dev/null
+	touch "$dir/.done-patched"
 }
 
 # Recover a copy of the crashed cluster; print the redo time in seconds and
@@ -136,18 +146,26 @@ recover() {
 	rm -rf "$copy"
 	cp -a "$WORK/crashed-fpw-$fpw" "$copy"
 	tr ';' '\n' <<<"$settings" >>"$copy/postgresql.conf"
-	if [ "$build" = patched ]; then
-		python3 "$TOP/bench/pg_control_catversion.py" "$copy" "$patched_catversion"
+	if [ "$build" = vanilla ]; then
+		python3 "$TOP/bench/pg_control_catversion.py" "$copy" "$vanilla_catversion"
 	fi
 	chown -R "$TEST_USER:" "$copy"
 	rm -f "$log"
 	drop_caches
+	local locker=
 	if [ "$memory" = cached ]; then
-		find "$copy" -type f -exec cat {} + >/dev/null
+		vmtouch -q -l -d -w -P "$WORK/vmtouch.pid" "$copy"
+		locker=$(cat "$WORK/vmtouch.pid")
 	fi
 	start_server "$build" "$copy" "$memory" "$log"
+	local stats=-
+	if [ "$build" = patched ]; then
+		stats=$(pg patched psql -XAtq -d postgres -c \
+			"SELECT format('method=%s,reads=%s,blocks_read=%s,read_waits=%s,prefetch=%s,hit=%s', method, reads, blocks_read, read_waits, prefetch, hit) FROM pg_stat_recovery_prefetch")
+	fi
 	pg "$build" pg_ctl -D "$copy" -m immediate stop >/dev/null
-	sed -n 's/.*redo done at .* elapsed: \([0-9.]*\) s.*/\1/p' "$log"
+	[ -z "$locker" ] || kill "$locker"
+	echo "$(sed -n 's/.*redo done at .* elapsed: \([0-9.]*\) s.*/\1/p' "$log") $stats"
 }
 
 mkdir -p "$WORK" "$OUT"
@@ -170,9 +188,9 @@ for fpw in $ROWS; do
 			continue
 		fi
 		say "full_page_writes = $fpw: $name"
-		t=$(recover "$fpw" "$name" "$build" "$settings" "$memory")
-		[ -n "$t" ] || die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)"
-		echo "$fpw $name $t" | tee -a "$WORK/times"
+		read -r t stats < <(recover "$fpw" "$name" "$build" "$settings" "$memory")
+		case $t in [0-9]*) ;; *) die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)" ;; esac
+		echo "$fpw $name $t $stats" | tee -a "$WORK/times"
 	done
 done
 rm -rf "$WORK/copy"

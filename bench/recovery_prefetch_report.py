@@ -39,20 +39,23 @@ def progress(path):
 def main():
     work, out, description = sys.argv[1], sys.argv[2], sys.argv[3]
     times = collections.OrderedDict()
+    prefetch_stats = {}
     with open(os.path.join(work, "times")) as f:
         for line in f:
-            fpw, name, seconds = line.split()
+            fpw, name, seconds, stats = (line.split() + ["-"])[:4]
             times.setdefault(fpw, collections.OrderedDict())[name] = float(seconds)
+            if stats != "-":
+                prefetch_stats[(fpw, name)] = stats
 
     print(f"Crash recovery, redo time in seconds ({description})")
     print("Ratios are to vanilla_off of the same row; lower is faster.")
     for fpw, row in times.items():
         base = row.get("vanilla_off")
         print(f"\nfull_page_writes = {fpw}")
-        print(f"  {'variant':<18} {'redo s':>8} {'vs off':>8}")
+        print(f"  {'variant':<19} {'redo s':>8} {'vs off':>8}  pg_stat_recovery_prefetch (ours)")
         for name, t in row.items():
             ratio = f"{t / base:8.2f}" if base else f"{'':>8}"
-            print(f"  {name:<18} {t:8.1f} {ratio}")
+            print(f"  {name:<19} {t:8.1f} {ratio}  {prefetch_stats.get((fpw, name), '')}")
 
         def check(label, ok_value, value, target, lower_is_pass=True):
             if value is None:
@@ -60,12 +63,13 @@ def main():
             ok = value <= target if lower_is_pass else value >= target
             print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.2f} (target {'<=' if lower_is_pass else '>='} {target})")
 
-        reads = [row[n] for n in ("ours_read_uring", "ours_read_worker") if n in row]
-        for n in ("ours_read_uring", "ours_read_worker"):
+        advice = [n for n in ("vanilla_advice", "vanilla_advice_deep") if n in row]
+        best_advice = min(advice, key=lambda n: row[n]) if advice else None
+        for n in ("ours_read_uring", "ours_read_worker", "ours_read_deep"):
             if n in row and "vanilla_cached" in row:
                 check(f"{n} / vanilla_cached", None, row[n] / row["vanilla_cached"], 1.25)
-            if n in row and "vanilla_advice" in row:
-                check(f"vanilla_advice / {n}", None, row["vanilla_advice"] / row[n], 1.3, False)
+            if n in row and best_advice:
+                check(f"{best_advice} (vanilla's better advice) / {n}", None, row[best_advice] / row[n], 1.3, False)
         if "ours_direct" in row and "vanilla_direct" in row:
             check("vanilla_direct / ours_direct", None, row["vanilla_direct"] / row["ours_direct"], 2.5, False)
         if "ours_cached" in row and "vanilla_cached" in row:
