@@ -8,10 +8,10 @@
 # CLIENTS clients, then an immediate stop).  Each variant then recovers a
 # fresh copy of it, after the page cache has been dropped, with the server in
 # a memory cgroup limited to MEMORY_LIMIT so that the data cannot all be
-# cached; the "cached" variants instead lock every file of the copy in the
-# page cache (vmtouch -l: reading them once is not enough on machines whose
-# kernel pages out idle memory, as DAMON does on these VMs) and run without
-# a limit, the lower bound.  It reports the "redo done ... elapsed"
+# cached; the "cached" variants instead read every file of the copy into the
+# page cache in 8kB pieces (bench/warm_cache.py), lock it there (vmtouch -l:
+# these VMs page out idle memory with DAMON) and run without a limit, the
+# lower bound.  It reports the "redo done ... elapsed"
 # time of each, the ratios, and plots replay progress (from
 # log_startup_progress_interval) per variant.
 #
@@ -154,6 +154,7 @@ recover() {
 	drop_caches
 	local locker=
 	if [ "$memory" = cached ]; then
+		python3 "$TOP/bench/warm_cache.py" "$copy"
 		vmtouch -q -l -d -w -P "$WORK/vmtouch.pid" "$copy"
 		locker=$(cat "$WORK/vmtouch.pid")
 	fi

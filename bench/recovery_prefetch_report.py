@@ -90,9 +90,14 @@ def main():
                 for t, mb in progress(log):
                     f.write(f"{t} {mb}\n")
                 f.write("\n\n")
-        plots = ", ".join(f"'{data}' index {i} with lines lw 2 title '{n}'" for i, n in enumerate(names))
+        colors = ["#000000", "#e41a1c", "#ff7f00", "#377eb8", "#4daf4a", "#984ea3",
+                  "#a65628", "#f781bf", "#999999", "#17becf", "#bcbd22", "#1f3f7f"]
+        plots = ", ".join(
+            f"'{data}' index {i} with lines lw 2 lc rgb '{colors[i % len(colors)]}'"
+            f" dt {2 if 'cached' in n else 1} title '{n}'"
+            for i, n in enumerate(names))
         script = f"""
-set terminal png size 1000,600
+set terminal png size 1000,600 noenhanced
 set output '{png}'
 set title 'Crash recovery progress, full_page_writes = {fpw}'
 set xlabel 'seconds since redo started'
