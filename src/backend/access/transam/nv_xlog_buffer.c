@@ -1,0 +1,905 @@
+/*-------------------------------------------------------------------------
+ *
+ * nv_xlog_buffer.c
+ *		Non-volatile WAL buffer: WAL buffers in a persistent-memory file.
+ *
+ * With nvwal_path set, xlog.c keeps its WAL buffer pages in a file mapped
+ * with libpmem instead of in shared memory.  A commit is then durable once
+ * its WAL has been written back from the CPU caches to the mapping, with no
+ * write() or fsync() on the commit path.  The file is a write-back cache in
+ * front of pg_wal, not a second home for WAL: the WAL writer copies
+ * completed pages to the segment files and fsyncs them as usual, and a ring
+ * page is reused only after that.  After a crash, the durable tail that is
+ * in the ring but not yet in pg_wal is written to pg_wal before recovery
+ * begins, so everything that reads WAL keeps reading segment files.
+ *
+ * This file owns the file itself: creating and validating it at start-up
+ * (refusing to start whenever doing so could lose committed WAL), its
+ * header, the flush primitives, the salvage after a crash, and the
+ * statistics.  How the ring is used as WAL buffers is in xlog.c; the design
+ * is described in README.nvwal.
+ *
+ * The mapping is created by the postmaster (or a single-user backend) and
+ * inherited by every child process at the same address, which is why
+ * EXEC_BACKEND builds do not support it.
+ *
+ * Portions Copyright (c) 1996-2025, PostgreSQL Global Development Group
+ * Portions Copyright (c) 1994, Regents of the University of California
+ *
+ * src/backend/access/transam/nv_xlog_buffer.c
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#ifdef USE_LIBPMEM
+#include <libpmem.h>
+#endif
+
+#include "access/nv_xlog_buffer.h"
+#include "access/xlog.h"
+#include "access/xlog_internal.h"
+#include "common/file_perm.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port/atomics.h"
+#include "portability/instr_time.h"
+#include "storage/fd.h"
+#include "storage/shmem.h"
+#include "utils/builtins.h"
+#include "utils/pg_lsn.h"
+
+/* GUCs */
+char	   *nvwal_path = NULL;
+int			nvwal_size = 256;
+
+bool		NvwalActive = false;
+
+#define NVWAL_MAGIC				0x4C41574E	/* "NWAL" */
+#define NVWAL_FORMAT_VERSION	1
+
+/* The header occupies the first WAL block; the ring follows, block-aligned */
+#define NVWAL_HEADER_SIZE		XLOG_BLCKSZ
+
+/*
+ * The file header.  The first group of fields is written once, when the
+ * file is created.  The second group changes while the server runs; every
+ * field there is 8 bytes wide so that each store is atomic on persistent
+ * memory, and they are persisted one at a time in an order that keeps the
+ * file safe to salvage after a crash at any instant.
+ */
+typedef struct NvwalFileHeader
+{
+	uint32		magic;
+	uint32		format_version;
+	uint64		system_identifier;
+	uint64		file_id;		/* random, also kept in pg_control */
+	uint32		xlog_blcksz;
+	uint32		wal_segment_size;
+	uint64		ring_size;		/* bytes of WAL pages after the header */
+
+	uint64		timeline;		/* timeline of the WAL written to the ring */
+	uint64		clean;			/* 1: the ring holds nothing pg_wal lacks */
+	uint64		synced_upto;	/* WAL before this is fsynced in pg_wal */
+} NvwalFileHeader;
+
+/* Statistics and state other processes show in pg_stat_nvwal */
+typedef struct NvwalShared
+{
+	pg_atomic_uint64 flushes;
+	pg_atomic_uint64 flush_time;	/* nanoseconds, with track_wal_io_timing */
+	pg_atomic_uint64 flushed_upto;
+	pg_atomic_uint64 written;	/* bytes written back to segment files */
+	pg_atomic_uint64 ring_full;
+	bool		is_pmem;
+} NvwalShared;
+
+static NvwalShared *NvwalShmem = NULL;
+
+/* The mapping; set in the postmaster and inherited by its children */
+static char *nvwal_map = NULL;
+static size_t nvwal_map_len = 0;
+static bool nvwal_is_pmem = false;
+static int	nvwal_lock_fd = -1;
+static NvwalFileHeader *nvwal_header = NULL;
+static char *nvwal_ring = NULL;
+static Size nvwal_ring_size = 0;
+
+/* Path of the file relative to the data directory, if it lies inside it */
+static char nvwal_datadir_relpath[MAXPGPATH];
+
+/* Message written by the SIGBUS handler, prepared while it is safe */
+static char nvwal_sigbus_msg[MAXPGPATH + 256];
+static int	nvwal_sigbus_msg_len = 0;
+static struct sigaction nvwal_prev_sigbus;
+
+
+/*
+ * GUC check hook: refuse the setting where it cannot work.
+ */
+bool
+check_nvwal_path(char **newval, void **extra, GucSource source)
+{
+	if (*newval == NULL || (*newval)[0] == '\0')
+		return true;
+#if !defined(USE_LIBPMEM)
+	GUC_check_errcode(ERRCODE_FEATURE_NOT_SUPPORTED);
+	GUC_check_errmsg("non-volatile WAL buffer is not supported by this build");
+	GUC_check_errhint("Build PostgreSQL with libpmem (meson -Dlibpmem=enabled or configure --with-libpmem), or leave \"nvwal_path\" empty.");
+	return false;
+#elif defined(EXEC_BACKEND)
+	GUC_check_errcode(ERRCODE_FEATURE_NOT_SUPPORTED);
+	GUC_check_errmsg("non-volatile WAL buffer is not supported on this platform");
+	GUC_check_errhint("Leave \"nvwal_path\" empty.");
+	return false;
+#else
+	return true;
+#endif
+}
+
+/*
+ * Is NVWAL configured for this process?  The bootstrap process writes its
+ * WAL directly and never uses it.
+ */
+bool
+NvwalWanted(void)
+{
+	return nvwal_path != NULL && nvwal_path[0] != '\0' &&
+		!IsBootstrapProcessingMode();
+}
+
+/* The ring size asked for by nvwal_size, in bytes */
+Size
+NvwalRingSize(void)
+{
+	return (Size) nvwal_size * 1024 * 1024;
+}
+
+Size
+NvwalShmemSize(void)
+{
+	return sizeof(NvwalShared);
+}
+
+void
+NvwalShmemInit(void)
+{
+	bool		found;
+
+	NvwalShmem = ShmemInitStruct("NVWAL statistics", sizeof(NvwalShared),
+								 &found);
+	if (!found)
+	{
+		pg_atomic_init_u64(&NvwalShmem->flushes, 0);
+		pg_atomic_init_u64(&NvwalShmem->flush_time, 0);
+		pg_atomic_init_u64(&NvwalShmem->flushed_upto, InvalidXLogRecPtr);
+		pg_atomic_init_u64(&NvwalShmem->written, 0);
+		pg_atomic_init_u64(&NvwalShmem->ring_full, 0);
+		NvwalShmem->is_pmem = false;
+	}
+}
+
+#ifdef USE_LIBPMEM
+
+/*
+ * Write back the CPU cache lines of a range of the mapping, without
+ * waiting.  Outside persistent memory, msync() is the only thing that
+ * makes the range durable.
+ */
+static void
+nvwal_flush_bytes(const char *addr, Size len)
+{
+	if (nvwal_is_pmem)
+		pmem_flush(addr, len);
+	else if (pmem_msync(addr, len) != 0)
+		ereport(PANIC,
+				(errcode_for_file_access(),
+				 errmsg("could not msync non-volatile WAL buffer file \"%s\": %m",
+						nvwal_path)));
+}
+
+static void
+nvwal_drain(void)
+{
+	if (nvwal_is_pmem)
+		pmem_drain();
+}
+
+static void
+nvwal_persist(const void *addr, Size len)
+{
+	nvwal_flush_bytes(addr, len);
+	nvwal_drain();
+}
+
+/*
+ * A media error on the mapping raises SIGBUS.  Report it, naming the file,
+ * and abort; the postmaster then restarts, and if the start-up process hits
+ * the same error while salvaging, the server stops instead of looping.
+ * Only async-signal-safe calls here: the message was formatted earlier.
+ */
+static void
+nvwal_sigbus_handler(int signo, siginfo_t *info, void *context)
+{
+	char	   *addr = (char *) info->si_addr;
+
+	if (nvwal_map != NULL && addr >= nvwal_map &&
+		addr < nvwal_map + nvwal_map_len)
+	{
+		if (write(STDERR_FILENO, nvwal_sigbus_msg, nvwal_sigbus_msg_len) < 0)
+			 /* nothing more we can do */ ;
+		abort();
+	}
+
+	/* Not ours: let the previous disposition deal with it on return */
+	sigaction(SIGBUS, &nvwal_prev_sigbus, NULL);
+}
+
+static void
+nvwal_install_sigbus_handler(void)
+{
+	struct sigaction act;
+
+	nvwal_sigbus_msg_len =
+		snprintf(nvwal_sigbus_msg, sizeof(nvwal_sigbus_msg),
+				 "PANIC:  media error (SIGBUS) accessing non-volatile WAL buffer file \"%s\"\n"
+				 "HINT:  Check the persistent-memory device and its file system. "
+				 "WAL that was committed but is not yet in pg_wal is only in that file.\n",
+				 nvwal_path);
+	nvwal_sigbus_msg_len = Min(nvwal_sigbus_msg_len,
+							   (int) sizeof(nvwal_sigbus_msg) - 1);
+
+	memset(&act, 0, sizeof(act));
+	act.sa_sigaction = nvwal_sigbus_handler;
+	act.sa_flags = SA_SIGINFO;
+	sigemptyset(&act.sa_mask);
+	if (sigaction(SIGBUS, &act, &nvwal_prev_sigbus) != 0)
+		elog(FATAL, "could not install SIGBUS handler: %m");
+}
+
+/*
+ * Create a new file of the configured size with a fresh header.  It is
+ * built under a temporary name and renamed into place, so a crash never
+ * leaves a file without a valid header at nvwal_path.
+ */
+static void
+nvwal_create_file(Size ring_size, uint64 system_identifier)
+{
+	char		tmppath[MAXPGPATH];
+	char	   *map;
+	size_t		maplen;
+	int			is_pmem;
+	NvwalFileHeader *hdr;
+	uint64		file_id;
+
+	snprintf(tmppath, sizeof(tmppath), "%s.tmp", nvwal_path);
+	if (unlink(tmppath) != 0 && errno != ENOENT)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", tmppath)));
+
+	map = pmem_map_file(tmppath, NVWAL_HEADER_SIZE + ring_size,
+						PMEM_FILE_CREATE | PMEM_FILE_EXCL,
+						pg_file_create_mode, &maplen, &is_pmem);
+	if (map == NULL)
+	{
+		int			save_errno = errno;
+
+		(void) unlink(tmppath);
+		errno = save_errno;
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not create non-volatile WAL buffer file \"%s\": %s",
+						tmppath, pmem_errormsg()),
+				 errhint("Check that the directory exists, is writable by the server, and has room for %zu bytes.",
+						 (size_t) (NVWAL_HEADER_SIZE + ring_size))));
+	}
+
+	do
+	{
+		if (!pg_strong_random(&file_id, sizeof(file_id)))
+			ereport(FATAL,
+					(errmsg("could not generate random file identifier for non-volatile WAL buffer")));
+	} while (file_id == 0);
+
+	hdr = (NvwalFileHeader *) map;
+	memset(hdr, 0, NVWAL_HEADER_SIZE);
+	hdr->magic = NVWAL_MAGIC;
+	hdr->format_version = NVWAL_FORMAT_VERSION;
+	hdr->system_identifier = system_identifier;
+	hdr->file_id = file_id;
+	hdr->xlog_blcksz = XLOG_BLCKSZ;
+	hdr->wal_segment_size = wal_segment_size;
+	hdr->ring_size = ring_size;
+	hdr->clean = 1;
+	if (is_pmem)
+		pmem_persist(hdr, NVWAL_HEADER_SIZE);
+	else if (pmem_msync(hdr, NVWAL_HEADER_SIZE) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not msync file \"%s\": %m", tmppath)));
+	pmem_unmap(map, maplen);
+
+	(void) durable_rename(tmppath, nvwal_path, FATAL);
+
+	ereport(LOG,
+			(errmsg("created non-volatile WAL buffer file \"%s\" with a ring of %d MB",
+					nvwal_path, nvwal_size)));
+}
+
+/*
+ * Open the file, lock it against other servers and read its header.
+ * Returns false if it does not exist.
+ */
+static bool
+nvwal_open_file(NvwalFileHeader *hdr, off_t *filesize)
+{
+	struct stat st;
+	ssize_t		nread;
+
+	nvwal_lock_fd = open(nvwal_path, O_RDWR | O_CLOEXEC | PG_BINARY, 0);
+	if (nvwal_lock_fd < 0)
+	{
+		if (errno == ENOENT)
+			return false;
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
+						nvwal_path)));
+	}
+
+	if (flock(nvwal_lock_fd, LOCK_EX | LOCK_NB) != 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("non-volatile WAL buffer file \"%s\" is in use by another server",
+						nvwal_path),
+				 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
+
+	if (fstat(nvwal_lock_fd, &st) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not stat file \"%s\": %m", nvwal_path)));
+	*filesize = st.st_size;
+
+	memset(hdr, 0, sizeof(NvwalFileHeader));
+	nread = pg_pread(nvwal_lock_fd, hdr, sizeof(NvwalFileHeader), 0);
+	if (nread < 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not read file \"%s\": %m", nvwal_path)));
+	if (nread != sizeof(NvwalFileHeader) || hdr->magic != NVWAL_MAGIC)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("file \"%s\" is not a non-volatile WAL buffer file",
+						nvwal_path),
+				 errhint("Set \"nvwal_path\" to a path where no file exists, so that the server creates one, or remove the file if it is not needed.")));
+	if (hdr->format_version != NVWAL_FORMAT_VERSION)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("non-volatile WAL buffer file \"%s\" has format version %u, but the server expects %u",
+						nvwal_path, hdr->format_version, NVWAL_FORMAT_VERSION)));
+	return true;
+}
+
+static void
+nvwal_close_file(void)
+{
+	if (nvwal_lock_fd >= 0)
+		close(nvwal_lock_fd);
+	nvwal_lock_fd = -1;
+}
+
+/*
+ * Remember where the file is relative to the data directory, so that base
+ * backups can leave it out.
+ */
+static void
+nvwal_remember_datadir_path(void)
+{
+	char		path[MAXPGPATH];
+	size_t		dlen = strlen(DataDir);
+
+	strlcpy(path, nvwal_path, sizeof(path));
+	canonicalize_path(path);
+	nvwal_datadir_relpath[0] = '\0';
+	if (!is_absolute_path(path))
+		strlcpy(nvwal_datadir_relpath, path, MAXPGPATH);
+	else if (strncmp(path, DataDir, dlen) == 0 && path[dlen] == '/')
+		strlcpy(nvwal_datadir_relpath, path + dlen + 1, MAXPGPATH);
+}
+
+/*
+ * Decide whether the file may be used, creating it when that is safe.
+ * Every refusal happens here, in the postmaster, before anything has been
+ * written, and leaves the file untouched.
+ */
+static void
+nvwal_validate_or_create(const ControlFileData *controlFile,
+						 bool expected, Size ring_size)
+{
+	NvwalFileHeader hdr;
+	off_t		filesize;
+
+	if (!nvwal_open_file(&hdr, &filesize))
+	{
+		if (expected)
+			ereport(FATAL,
+					(errcode(ERRCODE_UNDEFINED_FILE),
+					 errmsg("non-volatile WAL buffer file \"%s\" does not exist",
+							nvwal_path),
+					 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
+					 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
+		nvwal_create_file(ring_size, controlFile->system_identifier);
+		if (!nvwal_open_file(&hdr, &filesize))
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
+							nvwal_path)));
+		return;
+	}
+
+	if (hdr.system_identifier != controlFile->system_identifier)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("non-volatile WAL buffer file \"%s\" belongs to another database system",
+						nvwal_path),
+				 errdetail("The file's system identifier is %" PRIu64 ", but pg_control's is %" PRIu64 ".",
+						   hdr.system_identifier,
+						   controlFile->system_identifier),
+				 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
+
+	if (expected && hdr.file_id != controlFile->nvwalFileId)
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("non-volatile WAL buffer file \"%s\" is not the file this server used before it stopped",
+						nvwal_path),
+				 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
+				 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
+
+	if (!expected && hdr.clean == 0)
+		ereport(FATAL,
+				(errcode(ERRCODE_OBJECT_IN_USE),
+				 errmsg("non-volatile WAL buffer file \"%s\" holds WAL of a server that did not shut down cleanly",
+						nvwal_path),
+				 errdetail("This server did not write that WAL; the file may belong to the server this one was copied from."),
+				 errhint("Set \"nvwal_path\" to another file.  Remove the file only if no server needs it.")));
+
+	if (hdr.clean == 0 &&
+		(hdr.ring_size != ring_size ||
+		 filesize != (off_t) (NVWAL_HEADER_SIZE + hdr.ring_size) ||
+		 hdr.xlog_blcksz != XLOG_BLCKSZ ||
+		 hdr.wal_segment_size != wal_segment_size))
+		ereport(FATAL,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("non-volatile WAL buffer file \"%s\" has a ring of %" PRIu64 " bytes and a size of %lld bytes, but \"nvwal_size\" asks for %zu bytes",
+						nvwal_path, hdr.ring_size, (long long) filesize,
+						ring_size),
+				 errdetail("The server did not shut down cleanly, and the file holds WAL that is not yet in pg_wal."),
+				 errhint("Set \"nvwal_size\" to %" PRIu64 "MB until the server has started and shut down cleanly once.",
+						 hdr.ring_size / (1024 * 1024))));
+
+	if (hdr.clean != 0 &&
+		(hdr.ring_size != ring_size ||
+		 filesize != (off_t) (NVWAL_HEADER_SIZE + ring_size) ||
+		 hdr.xlog_blcksz != XLOG_BLCKSZ ||
+		 hdr.wal_segment_size != wal_segment_size))
+	{
+		/* Nothing in it is needed: replace it with one of the new size */
+		ereport(LOG,
+				(errmsg("replacing non-volatile WAL buffer file \"%s\" to change its ring to %d MB",
+						nvwal_path, nvwal_size)));
+		nvwal_close_file();
+		if (unlink(nvwal_path) != 0)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not remove file \"%s\": %m", nvwal_path)));
+		nvwal_create_file(ring_size, controlFile->system_identifier);
+		if (!nvwal_open_file(&hdr, &filesize))
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
+							nvwal_path)));
+	}
+}
+
+#endif							/* USE_LIBPMEM */
+
+/*
+ * Set up the WAL buffer pages of this server.  Returns the ring (to be used
+ * as XLogCtl->pages), or NULL when NVWAL is not configured and the server
+ * should use shared memory.  Refuses to start, with FATAL, whenever the
+ * configuration could lose WAL that an earlier run committed.
+ *
+ * Runs in the postmaster, or in a single-user backend.  After a crash
+ * restart the postmaster keeps the mapping and its lock.
+ */
+char *
+NvwalAttach(const ControlFileData *controlFile)
+{
+	bool		expected;
+	Size		ring_size = NvwalRingSize();
+
+	if (IsBootstrapProcessingMode())
+		return NULL;
+
+	if (nvwal_map != NULL)
+		return nvwal_ring;
+
+	/*
+	 * pg_control of a base backup, or of a pg_rewind target, describes the
+	 * file of the server it was copied from.
+	 */
+	expected = controlFile->nvwalFileId != 0 &&
+		access(BACKUP_LABEL_FILE, F_OK) != 0;
+
+	if (!NvwalWanted())
+	{
+		if (expected)
+			ereport(FATAL,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("the server did not shut down cleanly while using a non-volatile WAL buffer, but \"nvwal_path\" is not set"),
+					 errdetail("WAL it committed may exist only in that file (its ring was %" PRIu64 " bytes).",
+							   controlFile->nvwalSize),
+					 errhint("Set \"nvwal_path\" to the file used before, and \"nvwal_size\" to %" PRIu64 "MB, then start the server.  After a clean shutdown, the non-volatile WAL buffer can be turned off.",
+							 controlFile->nvwalSize / (1024 * 1024))));
+		return NULL;
+	}
+
+#ifdef USE_LIBPMEM
+	{
+		size_t		maplen;
+		int			is_pmem;
+
+		if (ring_size % wal_segment_size != 0 ||
+			ring_size < 2 * (Size) wal_segment_size)
+			ereport(FATAL,
+					(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+					 errmsg("\"nvwal_size\" must be a multiple of the WAL segment size and at least two segments"),
+					 errdetail("\"nvwal_size\" is %dMB, and the WAL segment size is %dMB.",
+							   nvwal_size, wal_segment_size / (1024 * 1024)),
+					 errhint("Set \"nvwal_size\" to a multiple of %dMB, at least %dMB.",
+							 wal_segment_size / (1024 * 1024),
+							 2 * wal_segment_size / (1024 * 1024))));
+
+		nvwal_validate_or_create(controlFile, expected, ring_size);
+		nvwal_install_sigbus_handler();
+
+		nvwal_map = pmem_map_file(nvwal_path, 0, 0, 0, &maplen, &is_pmem);
+		if (nvwal_map == NULL)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not map non-volatile WAL buffer file \"%s\": %s",
+							nvwal_path, pmem_errormsg())));
+		nvwal_map_len = maplen;
+		nvwal_is_pmem = (is_pmem != 0);
+		nvwal_header = (NvwalFileHeader *) nvwal_map;
+		nvwal_ring = nvwal_map + NVWAL_HEADER_SIZE;
+		nvwal_ring_size = nvwal_header->ring_size;
+		Assert(nvwal_ring_size == ring_size);
+		Assert(maplen == NVWAL_HEADER_SIZE + ring_size);
+
+		if (!nvwal_is_pmem)
+			ereport(LOG,
+					(errmsg("non-volatile WAL buffer file \"%s\" is not on persistent memory",
+							nvwal_path),
+					 errdetail("Commits will be made durable with msync(), which is much slower."),
+					 errhint("Put the file on a file system mounted with DAX.")));
+		NvwalShmem->is_pmem = nvwal_is_pmem;
+		nvwal_remember_datadir_path();
+		NvwalActive = true;
+	}
+#endif
+
+	return nvwal_ring;
+}
+
+/* The file's identifier, for pg_control */
+uint64
+NvwalFileId(void)
+{
+	Assert(NvwalActive);
+	return nvwal_header->file_id;
+}
+
+/*
+ * Does the ring hold WAL that pg_wal may lack?  That is the case after any
+ * crash while WAL was being written to it.
+ */
+bool
+NvwalSalvageNeeded(void)
+{
+	return NvwalActive && nvwal_header->clean == 0;
+}
+
+#ifdef USE_LIBPMEM
+/*
+ * Is the ring page that should start at 'pageptr' the page of that address?
+ * A slot can hold the page one lap earlier, a page whose initialization was
+ * interrupted, or zeroes.
+ */
+static bool
+nvwal_page_is_valid(XLogRecPtr pageptr)
+{
+	XLogPageHeader page = (XLogPageHeader) (nvwal_ring + pageptr % nvwal_ring_size);
+
+	if (page->xlp_magic != XLOG_PAGE_MAGIC || page->xlp_pageaddr != pageptr)
+		return false;
+	if ((page->xlp_info & ~XLP_ALL_FLAGS) != 0)
+		return false;
+	if (XLogSegmentOffset(pageptr, wal_segment_size) == 0)
+	{
+		XLogLongPageHeader longpage = (XLogLongPageHeader) page;
+
+		if (!(page->xlp_info & XLP_LONG_HEADER) ||
+			longpage->xlp_sysid != nvwal_header->system_identifier)
+			return false;
+	}
+	return true;
+}
+
+/* Write ring pages [from, to) to the segment files of 'tli' and fsync them */
+static void
+nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
+{
+	XLogRecPtr	ptr = from;
+
+	while (ptr < to)
+	{
+		XLogSegNo	segno;
+		XLogRecPtr	segend;
+		char		segname[MAXFNAMELEN];
+		int			fd;
+
+		XLByteToSeg(ptr, segno, wal_segment_size);
+		XLogFileName(segname, tli, segno, wal_segment_size);
+		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
+		fd = XLogFileInit(segno, tli);
+		while (ptr < to && ptr < segend)
+		{
+			Size		off = ptr % nvwal_ring_size;
+			Size		len = Min(Min(to, segend) - ptr, nvwal_ring_size - off);
+			ssize_t		written;
+
+			errno = 0;
+			written = pg_pwrite(fd, nvwal_ring + off, len,
+								XLogSegmentOffset(ptr, wal_segment_size));
+			if (written != (ssize_t) len)
+			{
+				if (errno == 0)
+					errno = ENOSPC;
+				ereport(PANIC,
+						(errcode_for_file_access(),
+						 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to segment %s: %m",
+								nvwal_path, segname),
+						 errhint("Make room in pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer until then.")));
+			}
+			ptr += len;
+		}
+		issue_xlog_fsync(fd, segno, tli);
+		if (close(fd) != 0)
+			ereport(PANIC,
+					(errcode_for_file_access(),
+					 errmsg("could not close file \"%s\": %m", segname)));
+	}
+}
+#endif
+
+/*
+ * After a crash, write the WAL that is durable in the ring but may be
+ * missing from pg_wal to the segment files, and fsync them.  Recovery then
+ * reads pg_wal as usual and finds the end of WAL as usual.
+ *
+ * The ring pages after the header's synced_upto are scanned in LSN order up
+ * to the first page that is not the page of its address.  Every page before
+ * the durable end is valid, because WAL is made durable in LSN order; pages
+ * after it may or may not be, just like unflushed writes to pg_wal, and
+ * recovery stops at the first record that fails validation.  At most one
+ * ring's worth of pages is read, and normally only what the WAL writer had
+ * not written yet, so start-up time does not grow with the ring size.
+ *
+ * Runs in the start-up process (or a single-user backend) before recovery.
+ */
+void
+NvwalSalvage(void)
+{
+#ifdef USE_LIBPMEM
+	XLogRecPtr	synced = nvwal_header->synced_upto;
+	XLogRecPtr	start = synced - synced % XLOG_BLCKSZ;
+	XLogRecPtr	end = start;
+	TimeLineID	tli = (TimeLineID) nvwal_header->timeline;
+
+	Assert(NvwalSalvageNeeded());
+
+	while (end < start + nvwal_ring_size && nvwal_page_is_valid(end))
+		end += XLOG_BLCKSZ;
+
+	if (end > start)
+	{
+		SetInstallXLogFileSegmentActive();
+		nvwal_write_to_segments(start, end, tli);
+		ResetInstallXLogFileSegmentActive();
+	}
+
+	ereport(LOG,
+			(errmsg("wrote WAL from %X/%08X to %X/%08X on timeline %u from non-volatile WAL buffer file \"%s\" to pg_wal",
+					LSN_FORMAT_ARGS(start), LSN_FORMAT_ARGS(end), tli,
+					nvwal_path)));
+
+	/* From now on the ring holds nothing pg_wal lacks */
+	nvwal_header->synced_upto = end;
+	nvwal_persist(&nvwal_header->synced_upto, sizeof(uint64));
+	nvwal_header->clean = 1;
+	nvwal_persist(&nvwal_header->clean, sizeof(uint64));
+#endif
+}
+
+/*
+ * WAL is about to be written to the ring, starting at 'endOfLog' on 'tli'.
+ * The caller has already recorded the file in pg_control.  The clean mark
+ * goes last, so that a crash before it leaves nothing to salvage.
+ */
+void
+NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
+{
+#ifdef USE_LIBPMEM
+	Assert(NvwalActive);
+	nvwal_header->timeline = tli;
+	nvwal_header->synced_upto = endOfLog;
+	nvwal_persist(&nvwal_header->timeline, sizeof(uint64));
+	nvwal_persist(&nvwal_header->synced_upto, sizeof(uint64));
+	nvwal_header->clean = 0;
+	nvwal_persist(&nvwal_header->clean, sizeof(uint64));
+	pg_atomic_write_u64(&NvwalShmem->flushed_upto, endOfLog);
+#endif
+}
+
+/*
+ * Everything has been written to pg_wal and fsynced, and no more WAL will
+ * be written: the ring is now only a cache.
+ */
+void
+NvwalMarkClean(void)
+{
+#ifdef USE_LIBPMEM
+	Assert(NvwalActive);
+	nvwal_header->clean = 1;
+	nvwal_persist(&nvwal_header->clean, sizeof(uint64));
+#endif
+}
+
+/*
+ * Make the ring bytes of WAL range [from, to) durable: write back their CPU
+ * cache lines and wait for that to complete.  pmem_flush() writes back the
+ * lines whichever process dirtied them, and pmem_drain() waits for this
+ * process's write-backs, so a caller that flushed a range itself may declare
+ * it durable.
+ */
+void
+NvwalPersistRange(XLogRecPtr from, XLogRecPtr to)
+{
+#ifdef USE_LIBPMEM
+	Size		len;
+	Size		off;
+	instr_time	start;
+
+	if (to <= from)
+		return;
+
+	if (track_wal_io_timing)
+		INSTR_TIME_SET_CURRENT(start);
+
+	len = to - from;
+	off = from % nvwal_ring_size;
+	if (len >= nvwal_ring_size)
+		nvwal_flush_bytes(nvwal_ring, nvwal_ring_size);
+	else if (off + len > nvwal_ring_size)
+	{
+		nvwal_flush_bytes(nvwal_ring + off, nvwal_ring_size - off);
+		nvwal_flush_bytes(nvwal_ring, off + len - nvwal_ring_size);
+	}
+	else
+		nvwal_flush_bytes(nvwal_ring + off, len);
+	nvwal_drain();
+
+	pg_atomic_fetch_add_u64(&NvwalShmem->flushes, 1);
+	if (track_wal_io_timing)
+	{
+		instr_time	end;
+
+		INSTR_TIME_SET_CURRENT(end);
+		INSTR_TIME_SUBTRACT(end, start);
+		pg_atomic_fetch_add_u64(&NvwalShmem->flush_time,
+								INSTR_TIME_GET_NANOSEC(end));
+	}
+	pg_atomic_monotonic_advance_u64(&NvwalShmem->flushed_upto, to);
+#endif
+}
+
+/* Make one ring page durable (the partial page start-up copies in) */
+void
+NvwalPersistPage(const char *page)
+{
+#ifdef USE_LIBPMEM
+	Assert(page >= nvwal_ring && page < nvwal_ring + nvwal_ring_size);
+	nvwal_persist(page, XLOG_BLCKSZ);
+#endif
+}
+
+/*
+ * WAL before 'upto' has been written to pg_wal and fsynced; 'written' bytes
+ * were written to get there.  Ring pages before it may now be reused, so
+ * this must be durable first: the caller publishes the new position only
+ * after this returns.
+ */
+void
+NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written)
+{
+#ifdef USE_LIBPMEM
+	Assert(NvwalActive);
+	if (upto > nvwal_header->synced_upto)
+	{
+		nvwal_header->synced_upto = upto;
+		nvwal_persist(&nvwal_header->synced_upto, sizeof(uint64));
+	}
+	pg_atomic_fetch_add_u64(&NvwalShmem->written, written);
+#endif
+}
+
+/* An inserter found the ring full and wrote back pages itself */
+void
+NvwalCountRingFull(void)
+{
+	pg_atomic_fetch_add_u64(&NvwalShmem->ring_full, 1);
+}
+
+/*
+ * Is 'relpath' (relative to the data directory, as base backups name
+ * files) the NVWAL file?
+ */
+bool
+NvwalIsDataDirFile(const char *relpath)
+{
+	char		path[MAXPGPATH];
+
+	if (!NvwalActive || nvwal_datadir_relpath[0] == '\0')
+		return false;
+	strlcpy(path, relpath, sizeof(path));
+	canonicalize_path(path);
+	return strcmp(path, nvwal_datadir_relpath) == 0;
+}
+
+/*
+ * SQL function behind the pg_stat_nvwal view: one row while the server uses
+ * a non-volatile WAL buffer, none otherwise.
+ */
+Datum
+pg_stat_get_nvwal(PG_FUNCTION_ARGS)
+{
+#define PG_STAT_GET_NVWAL_COLS	9
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Datum		values[PG_STAT_GET_NVWAL_COLS] = {0};
+	bool		nulls[PG_STAT_GET_NVWAL_COLS] = {0};
+
+	InitMaterializedSRF(fcinfo, 0);
+
+	if (!NvwalActive)
+		return (Datum) 0;
+
+	values[0] = CStringGetTextDatum(nvwal_path);
+	values[1] = Int64GetDatum((int64) nvwal_ring_size);
+	values[2] = BoolGetDatum(NvwalShmem->is_pmem);
+	values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->flushes));
+	values[4] = Float8GetDatum((double) pg_atomic_read_u64(&NvwalShmem->flush_time) / 1000000.0);
+	values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->written));
+	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->ring_full));
+	values[7] = LSNGetDatum(pg_atomic_read_u64(&NvwalShmem->flushed_upto));
+	values[8] = LSNGetDatum(nvwal_header->synced_upto);
+
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	return (Datum) 0;
+}

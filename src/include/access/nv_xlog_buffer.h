@@ -1,0 +1,59 @@
+/*-------------------------------------------------------------------------
+ *
+ * nv_xlog_buffer.h
+ *		Non-volatile WAL buffer: WAL buffers in a persistent-memory file.
+ *
+ * See src/backend/access/transam/README.nvwal.
+ *
+ * Portions Copyright (c) 1996-2025, PostgreSQL Global Development Group
+ * Portions Copyright (c) 1994, Regents of the University of California
+ *
+ * src/include/access/nv_xlog_buffer.h
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef NV_XLOG_BUFFER_H
+#define NV_XLOG_BUFFER_H
+
+#include "access/xlogdefs.h"
+#include "catalog/pg_control.h"
+#include "utils/guc.h"
+
+/* GUCs */
+extern PGDLLIMPORT char *nvwal_path;
+extern PGDLLIMPORT int nvwal_size;
+
+/*
+ * True once the WAL buffers of this server live in the NVWAL file.  Set
+ * while the postmaster (or a single-user backend) creates shared memory and
+ * inherited by every child process.
+ */
+extern PGDLLIMPORT bool NvwalActive;
+
+/* Shared memory for the statistics */
+extern Size NvwalShmemSize(void);
+extern void NvwalShmemInit(void);
+
+/* Start-up: validate and map the file, or refuse to start */
+extern bool NvwalWanted(void);
+extern Size NvwalRingSize(void);
+extern char *NvwalAttach(const ControlFileData *controlFile);
+extern bool NvwalSalvageNeeded(void);
+extern void NvwalSalvage(void);
+extern uint64 NvwalFileId(void);
+extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
+
+/* Durability of ring contents */
+extern void NvwalPersistRange(XLogRecPtr from, XLogRecPtr to);
+extern void NvwalPersistPage(const char *page);
+extern void NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written);
+extern void NvwalMarkClean(void);
+extern void NvwalCountRingFull(void);
+
+/* Base backups leave the file out */
+extern bool NvwalIsDataDirFile(const char *relpath);
+
+/* GUC hooks */
+extern bool check_nvwal_path(char **newval, void **extra, GucSource source);
+
+#endif							/* NV_XLOG_BUFFER_H */
