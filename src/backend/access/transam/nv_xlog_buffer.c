@@ -44,6 +44,7 @@
 #include "access/nv_xlog_buffer.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "catalog/pg_authid.h"
 #include "common/file_perm.h"
 #include "funcapi.h"
 #include "miscadmin.h"
@@ -51,6 +52,7 @@
 #include "portability/instr_time.h"
 #include "storage/fd.h"
 #include "storage/shmem.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/pg_lsn.h"
 
@@ -420,10 +422,11 @@ nvwal_remember_datadir_path(void)
  */
 static void
 nvwal_validate_or_create(const ControlFileData *controlFile,
-						 bool expected, Size ring_size)
+						 bool expected, bool from_backup, Size ring_size)
 {
 	NvwalFileHeader hdr;
 	off_t		filesize;
+	bool		replace = false;
 
 	if (!nvwal_open_file(&hdr, &filesize))
 	{
@@ -461,15 +464,29 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 				 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
 				 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
 
-	if (!expected && hdr.clean == 0)
+	/*
+	 * A file inside the data directory of a server starting from a base
+	 * backup came with the files of the backup (a low-level backup copies
+	 * everything): it holds the source server's WAL, which this server gets
+	 * from the archive or by streaming.
+	 */
+	if (!expected && hdr.clean == 0 && from_backup &&
+		nvwal_datadir_relpath[0] != '\0')
+	{
+		ereport(LOG,
+				(errmsg("discarding non-volatile WAL buffer file \"%s\" that was copied with a base backup",
+						nvwal_path)));
+		replace = true;
+	}
+	else if (!expected && hdr.clean == 0)
 		ereport(FATAL,
 				(errcode(ERRCODE_OBJECT_IN_USE),
 				 errmsg("non-volatile WAL buffer file \"%s\" holds WAL of a server that did not shut down cleanly",
 						nvwal_path),
-				 errdetail("This server did not write that WAL; the file may belong to the server this one was copied from."),
+				 errdetail("pg_control of this server does not name the file: it may belong to the server this one was copied from, or pg_resetwal discarded its WAL."),
 				 errhint("Set \"nvwal_path\" to another file.  Remove the file only if no server needs it.")));
 
-	if (hdr.clean == 0 &&
+	if (hdr.clean == 0 && !replace &&
 		(hdr.ring_size != ring_size ||
 		 filesize != (off_t) (NVWAL_HEADER_SIZE + hdr.ring_size) ||
 		 hdr.xlog_blcksz != XLOG_BLCKSZ ||
@@ -493,6 +510,11 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 		ereport(LOG,
 				(errmsg("replacing non-volatile WAL buffer file \"%s\" to change its ring to %d MB",
 						nvwal_path, nvwal_size)));
+		replace = true;
+	}
+
+	if (replace)
+	{
 		nvwal_close_file();
 		if (unlink(nvwal_path) != 0)
 			ereport(FATAL,
@@ -522,6 +544,7 @@ char *
 NvwalAttach(const ControlFileData *controlFile)
 {
 	bool		expected;
+	bool		from_backup;
 	Size		ring_size = NvwalRingSize();
 
 	if (IsBootstrapProcessingMode())
@@ -534,8 +557,8 @@ NvwalAttach(const ControlFileData *controlFile)
 	 * pg_control of a base backup, or of a pg_rewind target, describes the
 	 * file of the server it was copied from.
 	 */
-	expected = controlFile->nvwalFileId != 0 &&
-		access(BACKUP_LABEL_FILE, F_OK) != 0;
+	from_backup = access(BACKUP_LABEL_FILE, F_OK) == 0;
+	expected = controlFile->nvwalFileId != 0 && !from_backup;
 
 	if (!NvwalWanted())
 	{
@@ -566,7 +589,9 @@ NvwalAttach(const ControlFileData *controlFile)
 							 wal_segment_size / (1024 * 1024),
 							 2 * wal_segment_size / (1024 * 1024))));
 
-		nvwal_validate_or_create(controlFile, expected, ring_size);
+		nvwal_remember_datadir_path();
+		nvwal_validate_or_create(controlFile, expected, from_backup,
+								 ring_size);
 		nvwal_install_sigbus_handler();
 
 		nvwal_map = pmem_map_file(nvwal_path, 0, 0, 0, &maplen, &is_pmem);
@@ -590,7 +615,6 @@ NvwalAttach(const ControlFileData *controlFile)
 					 errdetail("Commits will be made durable with msync(), which is much slower."),
 					 errhint("Put the file on a file system mounted with DAX.")));
 		NvwalShmem->is_pmem = nvwal_is_pmem;
-		nvwal_remember_datadir_path();
 		NvwalActive = true;
 	}
 #endif
@@ -640,6 +664,25 @@ nvwal_page_is_valid(XLogRecPtr pageptr)
 			return false;
 	}
 	return true;
+}
+
+/*
+ * Does the (valid) ring page at 'pageptr' hold any WAL?  Pages are
+ * initialized ahead of insertion, so the ring can hold empty pages beyond
+ * the end of WAL; so can the rest of a segment after a WAL switch.  An empty
+ * page neither continues a record nor starts one after its header.
+ */
+static bool
+nvwal_page_has_data(XLogRecPtr pageptr)
+{
+	XLogPageHeader page = (XLogPageHeader) (nvwal_ring + pageptr % nvwal_ring_size);
+	uint32		first_len;
+
+	if (page->xlp_info & XLP_FIRST_IS_CONTRECORD)
+		return true;
+	memcpy(&first_len, (char *) page + XLogPageHeaderSize(page),
+		   sizeof(first_len));
+	return first_len != 0;
 }
 
 /* Write ring pages [from, to) to the segment files of 'tli' and fsync them */
@@ -695,12 +738,13 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
  * reads pg_wal as usual and finds the end of WAL as usual.
  *
  * The ring pages after the header's synced_upto are scanned in LSN order up
- * to the first page that is not the page of its address.  Every page before
- * the durable end is valid, because WAL is made durable in LSN order; pages
- * after it may or may not be, just like unflushed writes to pg_wal, and
- * recovery stops at the first record that fails validation.  At most one
- * ring's worth of pages is read, and normally only what the WAL writer had
- * not written yet, so start-up time does not grow with the ring size.
+ * to the first page that is not the page of its address, and written up to
+ * the last one that holds WAL.  Every page before the durable end is valid,
+ * because WAL is made durable in LSN order; pages after it may or may not
+ * be, just like unflushed writes to pg_wal, and recovery stops at the first
+ * record that fails validation.  Only page headers are read beyond the WAL,
+ * and only what the WAL writer had not written yet is written, so start-up
+ * time does not grow with the ring size.
  *
  * Runs in the start-up process (or a single-user backend) before recovery.
  */
@@ -711,12 +755,19 @@ NvwalSalvage(void)
 	XLogRecPtr	synced = nvwal_header->synced_upto;
 	XLogRecPtr	start = synced - synced % XLOG_BLCKSZ;
 	XLogRecPtr	end = start;
+	XLogRecPtr	ptr;
 	TimeLineID	tli = (TimeLineID) nvwal_header->timeline;
 
 	Assert(NvwalSalvageNeeded());
 
-	while (end < start + nvwal_ring_size && nvwal_page_is_valid(end))
-		end += XLOG_BLCKSZ;
+	/* Up to the last page with WAL, empty pages in between included */
+	for (ptr = start;
+		 ptr < start + nvwal_ring_size && nvwal_page_is_valid(ptr);
+		 ptr += XLOG_BLCKSZ)
+	{
+		if (nvwal_page_has_data(ptr))
+			end = ptr + XLOG_BLCKSZ;
+	}
 
 	if (end > start)
 	{
@@ -890,7 +941,11 @@ pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 	if (!NvwalActive)
 		return (Datum) 0;
 
-	values[0] = CStringGetTextDatum(nvwal_path);
+	/* nvwal_path is GUC_SUPERUSER_ONLY */
+	if (has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS))
+		values[0] = CStringGetTextDatum(nvwal_path);
+	else
+		nulls[0] = true;
 	values[1] = Int64GetDatum((int64) nvwal_ring_size);
 	values[2] = BoolGetDatum(NvwalShmem->is_pmem);
 	values[3] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->flushes));

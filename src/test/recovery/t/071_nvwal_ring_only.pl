@@ -1,0 +1,258 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# Non-volatile WAL buffer: a commit acknowledged while its WAL existed only
+# in the ring survives a crash.
+#
+# The WAL writer, the only process that writes the ring to pg_wal in the
+# background, is stopped with SIGSTOP.  A commit is then durable in the ring
+# but neither written nor fsynced in pg_wal, which pg_stat_nvwal and
+# pg_waldump confirm.  After all server processes are killed, start-up must
+# write the ring's durable tail to pg_wal, and recovery must replay the
+# commit.  Start-up must write only that tail, although the ring also holds
+# pages initialized ahead of insertion, so that its time does not grow with
+# the ring.  A second round, where a checkpoint has written the commit to
+# pg_wal before the crash, shows that the same checks see WAL that is there.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+if (!check_pg_config("#define USE_LIBPMEM 1"))
+{
+	plan skip_all => 'non-volatile WAL buffer not supported by this build';
+}
+if (!-d '/proc/self/fd')
+{
+	plan skip_all => 'test needs /proc to find the server processes';
+}
+
+# No persistent memory here: let libpmem treat the file as if it were.
+$ENV{PMEM_IS_PMEM_FORCE} = '1';
+
+# Process state letter and parent pid, from /proc; empty if it is gone.
+sub proc_state
+{
+	my ($pid) = @_;
+	open(my $fh, '<', "/proc/$pid/stat") or return ();
+	my $line = <$fh>;
+	close($fh);
+	return () unless defined $line && $line =~ /^\d+ \(.*\) (\S) (\d+) /s;
+	return ($1, $2);
+}
+
+sub child_pids
+{
+	my ($parent) = @_;
+	my @pids;
+	opendir(my $dh, '/proc') or die "could not open /proc: $!";
+	foreach my $pid (grep { /^\d+$/ } readdir($dh))
+	{
+		my ($state, $ppid) = proc_state($pid);
+		push @pids, $pid if defined $ppid && $ppid == $parent;
+	}
+	closedir($dh);
+	return @pids;
+}
+
+# Wait until a process is in one of the given states, or gone if $gone_ok.
+sub wait_for_proc_state
+{
+	my ($pid, $states, $gone_ok) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (1)
+	{
+		my ($state) = proc_state($pid);
+		return if !defined $state && $gone_ok;
+		return if defined $state && $state =~ $states;
+		die "process $pid did not reach state $states"
+		  if time() > $deadline;
+		usleep(5_000);
+	}
+}
+
+# Kill the postmaster and all of its children with SIGKILL, like a power
+# loss: all are stopped first, so that none runs on after another is gone.
+sub crash_node
+{
+	my ($node) = @_;
+	my $pidfile = $node->data_dir . '/postmaster.pid';
+	my ($pm) = split /\n/, slurp_file($pidfile);
+
+	kill('STOP', $pm) or die "could not stop postmaster $pm: $!";
+	wait_for_proc_state($pm, qr/^[Tt]$/, 0);
+	my @children = child_pids($pm);
+	kill('STOP', @children);
+	wait_for_proc_state($_, qr/^[TtZ]$/, 1) foreach @children;
+	kill('KILL', $pm, @children);
+	# Only bookkeeping: the node is now known to be down.
+	$node->kill9;
+	wait_for_proc_state($_, qr/^Z$/, 1) foreach ($pm, @children);
+
+	# A zombie postmaster, until init reaps it, would look like a live one
+	# to the next start.  After a power loss there is no such process.
+	if (proc_state($pm))
+	{
+		unlink($pidfile);
+		unlink($node->host . '/.s.PGSQL.' . $node->port . '.lock');
+	}
+	return;
+}
+
+# Records pg_waldump finds in pg_wal from $start on.  It stops with an
+# error at the end of valid WAL, so its exit status does not matter.
+sub waldump
+{
+	my ($node, $start) = @_;
+	my ($stdout, $stderr);
+	IPC::Run::run(
+		[
+			'pg_waldump',
+			'--path' => $node->data_dir . '/pg_wal',
+			'--start' => $start
+		],
+		'>' => \$stdout,
+		'2>' => \$stderr);
+	return $stdout;
+}
+
+my $salvage_re =
+  qr/wrote WAL from (\S+) to (\S+) on timeline \d+ from non-volatile WAL buffer file "nvwal" to pg_wal/;
+
+my $node = PostgreSQL::Test::Cluster->new('nvwal_ring_only');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+nvwal_path = 'nvwal'
+nvwal_size = 32MB
+checkpoint_timeout = 1h
+wal_writer_delay = 10s
+wal_writer_flush_after = 0
+autovacuum = off
+});
+$node->start;
+
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
+	'1', 'the server uses a non-volatile WAL buffer');
+
+$node->safe_psql('postgres',
+	'CREATE TABLE t (id int PRIMARY KEY, note text); CHECKPOINT;');
+my $redo = $node->safe_psql('postgres',
+	'SELECT redo_lsn FROM pg_control_checkpoint()');
+
+# Have the WAL writer write back WAL of an asynchronous commit (which wakes
+# it, with wal_writer_flush_after = 0).  After writing, it initializes the
+# ring's free pages ahead of insertion, so that the ring holds valid, empty
+# pages far beyond the end of WAL, as it normally does.
+my $synced_start =
+  $node->safe_psql('postgres', 'SELECT synced_lsn FROM pg_stat_nvwal');
+$node->safe_psql(
+	'postgres', q{
+SET synchronous_commit = off;
+INSERT INTO t VALUES (0, 'asynchronous');
+});
+ok( $node->poll_query_until(
+		'postgres', "SELECT synced_lsn > '$synced_start' FROM pg_stat_nvwal"),
+	'the WAL writer wrote back WAL of an asynchronous commit');
+
+# Stop the WAL writer.
+my $walwriter = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+like($walwriter, qr/^\d+$/, 'found the WAL writer');
+kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
+wait_for_proc_state($walwriter, qr/^[Tt]$/, 0);
+
+# Commit, and note the transaction and where its WAL ends.
+my ($xid, $commit_end) = split /\n/, $node->safe_psql(
+	'postgres', q{
+INSERT INTO t VALUES (1, 'only in the ring') RETURNING pg_current_xact_id();
+SELECT pg_current_wal_insert_lsn();
+});
+
+my ($synced_before, $durable, $synced_lsn, $flush_lsn) = split /\|/,
+  $node->safe_psql(
+	'postgres',
+	"SELECT synced_lsn < '$commit_end', flush_lsn >= '$commit_end', synced_lsn, flush_lsn FROM pg_stat_nvwal"
+  );
+note
+  "commit ends at $commit_end, synced_lsn $synced_lsn, flush_lsn $flush_lsn";
+is($synced_before, 't',
+	'the commit is not yet written back and fsynced to pg_wal');
+is($durable, 't', 'the commit is durable in the ring');
+
+my $dump = waldump($node, $redo);
+like($dump, qr/CHECKPOINT_ONLINE/,
+	'pg_waldump reads pg_wal up to the checkpoint');
+unlike(
+	$dump,
+	qr/tx:\s+$xid,.*desc: COMMIT/,
+	'the commit record is not in pg_wal');
+
+# Crash: the commit's WAL is in the ring only.
+crash_node($node);
+my $logpos = -s $node->logfile;
+$node->start;
+
+is( $node->safe_psql('postgres', 'SELECT note FROM t WHERE id = 1'),
+	'only in the ring',
+	'the commit survived the crash');
+
+my $log = slurp_file($node->logfile, $logpos);
+like($log, $salvage_re, 'start-up wrote the ring\'s durable tail to pg_wal');
+if (my ($from, $to) = $log =~ $salvage_re)
+{
+	is( $node->safe_psql(
+			'postgres',
+			"SELECT '$from'::pg_lsn <= '$synced_lsn' AND '$to'::pg_lsn >= '$commit_end'"
+		),
+		't',
+		"the written range $from to $to covers the commit");
+
+	# Start-up time must not grow with the ring: only the WAL after the
+	# synced position is written, not the empty pages beyond it.
+	cmp_ok(
+		$node->safe_psql('postgres', "SELECT '$to'::pg_lsn - '$from'"),
+		'<',
+		1024 * 1024,
+		'start-up wrote only the tail of WAL, not the whole ring');
+}
+like(
+	waldump($node, $redo),
+	qr/tx:\s+$xid,.*desc: COMMIT/,
+	'the commit record is in pg_wal after the restart');
+
+# Control: with the WAL writer running and a checkpoint after the commit,
+# the commit is in pg_wal before the crash, and the checks above see it.
+($xid, $commit_end) = split /\n/, $node->safe_psql(
+	'postgres', q{
+INSERT INTO t VALUES (2, 'written back') RETURNING pg_current_xact_id();
+SELECT pg_current_wal_insert_lsn();
+CHECKPOINT;
+});
+is( $node->safe_psql(
+		'postgres', "SELECT synced_lsn >= '$commit_end' FROM pg_stat_nvwal"),
+	't',
+	'control: after a checkpoint, the commit is fsynced in pg_wal');
+like(
+	waldump($node, $redo),
+	qr/tx:\s+$xid,.*desc: COMMIT/,
+	'control: pg_waldump finds the commit record in pg_wal');
+
+crash_node($node);
+$logpos = -s $node->logfile;
+$node->start;
+ok( $node->log_contains($salvage_re, $logpos),
+	'control: start-up checked the ring again');
+is( $node->safe_psql(
+		'postgres', 'SELECT string_agg(note, \', \' ORDER BY id) FROM t'),
+	'asynchronous, only in the ring, written back',
+	'control: all commits survived the second crash');
+
+unlike(slurp_file($node->logfile),
+	qr/PANIC|TRAP:/, 'no PANIC or assertion failure in the server log');
+
+$node->stop;
+
+done_testing();

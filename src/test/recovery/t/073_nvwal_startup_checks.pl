@@ -1,0 +1,420 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# Start-up checks of the non-volatile WAL buffer (NVWAL).
+#
+# While a server that uses an NVWAL file has not shut down cleanly, that
+# file may hold the only copy of committed WAL.  Start-up must then refuse,
+# with a FATAL that says what to do, every configuration that would lose it:
+# no nvwal_path, a missing file, another ring size, another file of the same
+# cluster, a file of another cluster, a file that is no NVWAL file at all, a
+# file another server is using, or a file holding another server's
+# unsalvaged WAL.  After each refusal, fixing the configuration must bring
+# the server up with every committed transaction.  After a clean shutdown,
+# the ring can be resized or turned off freely.
+#
+# Commits before each crash are made while the WAL writer is stopped, so
+# that their WAL is durable only in the ring and survives only if start-up
+# writes it to pg_wal.
+use strict;
+use warnings FATAL => 'all';
+use File::Copy;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+# No persistent memory here: let libpmem treat the file as if it were.
+$ENV{PMEM_IS_PMEM_FORCE} = '1';
+
+my $ring_bytes = 32 * 1024 * 1024;
+
+my $node = PostgreSQL::Test::Cluster->new('main');
+$node->init(allows_streaming => 1);
+$node->append_conf(
+	'postgresql.conf', qq{
+nvwal_path = 'nvwal'
+nvwal_size = 32MB
+autovacuum = off
+checkpoint_timeout = 1h
+});
+my $datadir = $node->data_dir;
+my $nvwal_file = "$datadir/nvwal";
+
+# The tags of all rows committed so far, in order.
+my @committed;
+
+# "yes SIZE" or "no SIZE" from pg_controldata's NVWAL lines.
+sub nvwal_control
+{
+	my ($n) = @_;
+	my ($stdout, $stderr) = run_command([ 'pg_controldata', $n->data_dir ]);
+	my ($in_use) = $stdout =~ /^Non-volatile WAL buffer in use:\s+(\S+)$/m;
+	my ($size) = $stdout =~ /^Non-volatile WAL buffer size:\s+(\d+)$/m;
+	return ($in_use // 'missing') . ' ' . ($size // 'missing');
+}
+
+sub system_identifier
+{
+	my ($n) = @_;
+	my ($stdout, $stderr) = run_command([ 'pg_controldata', $n->data_dir ]);
+	my ($sysid) = $stdout =~ /^Database system identifier:\s+(\d+)$/m;
+	return $sysid;
+}
+
+sub commit_row
+{
+	my ($n, $tag) = @_;
+	$n->safe_psql('postgres', "INSERT INTO t (tag) VALUES ('$tag')");
+	push @committed, $tag;
+	return;
+}
+
+# Every row committed so far must be there, and nothing else.
+sub check_rows
+{
+	my ($n, $what) = @_;
+	is( $n->safe_psql('postgres', 'SELECT string_agg(tag, \',\' ORDER BY n) FROM t'),
+		join(',', @committed),
+		"$what: every committed row is present");
+	return;
+}
+
+# Crash the server right after committing a row whose WAL is durable only in
+# the ring: the WAL writer is stopped first, and killed with the server.
+# Returns the flush LSN of that commit.
+sub crash_after_ring_only_commit
+{
+	my ($n, $tag) = @_;
+	my $walwriter = $n->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+	ok(kill('STOP', $walwriter), "$tag: WAL writer stopped");
+
+	commit_row($n, $tag);
+	my ($flush_lsn, $in_pg_wal) = split /\|/,
+	  $n->safe_psql('postgres',
+		'SELECT pg_current_wal_flush_lsn(), synced_lsn >= pg_current_wal_flush_lsn() FROM pg_stat_nvwal'
+	  );
+	is($in_pg_wal, 'f',
+		"$tag: the commit is durable in the ring but not yet fsynced in pg_wal"
+	);
+
+	# Immediate shutdown, and the stopped WAL writer is killed so that it
+	# never runs again (the postmaster would do that only after seconds).
+	my $pm_pid = (split /\n/, slurp_file($n->data_dir . '/postmaster.pid'))[0];
+	kill 'QUIT', $pm_pid;
+	kill 'KILL', $walwriter;
+	$n->stop('immediate', fail_ok => 1);
+	ok(!-e $n->data_dir . '/postmaster.pid',
+		"$tag: server is down after the crash");
+	is(nvwal_control($n), "yes $ring_bytes",
+		"$tag: pg_control names the NVWAL file after the crash");
+	return $flush_lsn;
+}
+
+# The server must have written the ring's durable tail, including the commit
+# at $flush_lsn, to pg_wal before redo.
+sub check_salvage
+{
+	my ($n, $log_offset, $flush_lsn, $what) = @_;
+	my $log = slurp_file($n->logfile, $log_offset);
+	my ($from, $to) = $log =~
+	  m{wrote WAL from ([0-9A-F]+/[0-9A-F]+) to ([0-9A-F]+/[0-9A-F]+) on timeline \d+ from non-volatile WAL buffer file "[^"]*" to pg_wal};
+	ok(defined $to, "$what: start-up wrote the ring's tail to pg_wal");
+	$from //= '0/0';
+	$to //= '0/0';
+	is( $n->safe_psql('postgres',
+			"SELECT '$from'::pg_lsn < '$flush_lsn'::pg_lsn AND '$to'::pg_lsn >= '$flush_lsn'::pg_lsn"
+		),
+		't',
+		"$what: the WAL written to pg_wal ($from to $to) covers the last commit ($flush_lsn)"
+	);
+	# Only the tail since the WAL writer's last write needs writing, not the
+	# rest of the ring, whose pages are initialized ahead of use.
+	cmp_ok($n->safe_psql('postgres', "SELECT '$to'::pg_lsn - '$from'::pg_lsn"),
+		'<', $ring_bytes / 4,
+		"$what: start-up wrote only the tail of the ring to pg_wal");
+	return;
+}
+
+# Start a server that must refuse to start, and check the FATAL it logs.
+# If it starts nonetheless, it is stopped again so that the test goes on.
+sub start_fails
+{
+	my ($n, $pattern, $what) = @_;
+	my $offset = -s $n->logfile;
+	my $started = $n->start(fail_ok => 1);
+	ok(!$started, "$what: server refuses to start");
+	$n->stop if $started;
+	like(slurp_file($n->logfile, $offset),
+		qr/FATAL:  $pattern/, "$what: the refusal says why");
+	return $offset;
+}
+
+# First start creates the file.
+$node->start;
+ok(-f $nvwal_file, 'NVWAL file created in the data directory');
+is(-s $nvwal_file, $ring_bytes + 8192,
+	'NVWAL file holds a one-block header and a 32MB ring');
+$node->safe_psql('postgres',
+	'CREATE TABLE t (n serial PRIMARY KEY, tag text UNIQUE)');
+commit_row($node, 'first');
+is( $node->safe_psql(
+		'postgres',
+		'SELECT path, size, is_pmem, flushes > 0 FROM pg_stat_nvwal'),
+	"nvwal|$ring_bytes|t|t",
+	'pg_stat_nvwal shows the file, its ring size, and commit flushes');
+is(nvwal_control($node), "yes $ring_bytes",
+	'pg_control names the NVWAL file while the server runs');
+
+$node->stop;
+is(nvwal_control($node), 'no 0',
+	'a clean shutdown clears the NVWAL file from pg_control');
+
+# (a) nvwal_size must be a multiple of the segment size and two segments.
+foreach my $bad ('24MB', '16MB')
+{
+	$node->adjust_conf('postgresql.conf', 'nvwal_size', $bad);
+	start_fails($node,
+		qr/"nvwal_size" must be a multiple of the WAL segment size and at least two segments/,
+		"nvwal_size = $bad");
+}
+$node->adjust_conf('postgresql.conf', 'nvwal_size', '32MB');
+$node->start;
+check_rows($node, 'valid nvwal_size again');
+
+# (b) A crash, then nvwal_path unset.
+my $flush_lsn = crash_after_ring_only_commit($node, 'crash-b');
+$node->adjust_conf('postgresql.conf', 'nvwal_path', "''");
+my $offset = start_fails($node,
+	qr/the server did not shut down cleanly while using a non-volatile WAL buffer, but "nvwal_path" is not set/,
+	'crash, then no nvwal_path');
+like(slurp_file($node->logfile, $offset),
+	qr/HINT:  .*"nvwal_size" to 32MB/,
+	'crash, then no nvwal_path: the hint names the size to set');
+$node->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn, 'nvwal_path set again');
+check_rows($node, 'nvwal_path set again');
+is(nvwal_control($node), "yes $ring_bytes",
+	'pg_control names the file again once the server writes to it');
+
+# (c) A crash, then the file is gone.  The server must not create a new one,
+# and pointing nvwal_path to where the file went must work, as the hint says.
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-c');
+rename($nvwal_file, "$datadir/nvwal.moved") or die "rename: $!";
+$offset = start_fails($node,
+	qr/non-volatile WAL buffer file "nvwal" does not exist/,
+	'crash, then file missing');
+ok(!-e $nvwal_file, 'crash, then file missing: no new file created');
+$node->adjust_conf('postgresql.conf', 'nvwal_path', "'$datadir/nvwal.moved'");
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn, 'nvwal_path pointed to the moved file');
+check_rows($node, 'nvwal_path pointed to the moved file');
+is($node->safe_psql('postgres', 'SELECT path FROM pg_stat_nvwal'),
+	"$datadir/nvwal.moved", 'pg_stat_nvwal shows the moved file');
+$node->stop;
+rename("$datadir/nvwal.moved", $nvwal_file) or die "rename: $!";
+$node->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
+$node->start;
+
+# (d) A crash, then another ring size.  The file must be left as it is.
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-d');
+$node->adjust_conf('postgresql.conf', 'nvwal_size', '64MB');
+$offset = start_fails($node,
+	qr/non-volatile WAL buffer file "nvwal" has a ring of $ring_bytes bytes and a size of @{[$ring_bytes + 8192]} bytes, but "nvwal_size" asks for @{[2 * $ring_bytes]} bytes/,
+	'crash, then nvwal_size changed');
+like(slurp_file($node->logfile, $offset),
+	qr/HINT:  Set "nvwal_size" to 32MB/,
+	'crash, then nvwal_size changed: the hint names the size to set');
+is(-s $nvwal_file, $ring_bytes + 8192,
+	'crash, then nvwal_size changed: file left untouched');
+$node->adjust_conf('postgresql.conf', 'nvwal_size', '32MB');
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn, 'nvwal_size restored');
+check_rows($node, 'nvwal_size restored');
+
+# After a clean shutdown, the ring can be resized.  Keep a copy of the old
+# file for (e).
+$node->stop;
+copy($nvwal_file, "$datadir/nvwal.old") or die "copy: $!";
+$node->adjust_conf('postgresql.conf', 'nvwal_size', '48MB');
+$offset = -s $node->logfile;
+$node->start;
+ok( $node->log_contains(
+		qr/replacing non-volatile WAL buffer file "nvwal" to change its ring to 48 MB/,
+		$offset),
+	'clean shutdown, then nvwal_size changed: file replaced');
+$ring_bytes = 48 * 1024 * 1024;
+is(-s $nvwal_file, $ring_bytes + 8192, 'replaced file has the new size');
+is($node->safe_psql('postgres', 'SELECT size FROM pg_stat_nvwal'),
+	$ring_bytes, 'pg_stat_nvwal shows the new ring size');
+check_rows($node, 'clean shutdown, then nvwal_size changed');
+
+# (e) A crash, then another file of the same cluster (the copy from before
+# the resize) at the path.
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-e');
+rename($nvwal_file, "$datadir/nvwal.current") or die "rename: $!";
+rename("$datadir/nvwal.old", $nvwal_file) or die "rename: $!";
+start_fails($node,
+	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
+	'crash, then an older file of this cluster in place');
+# Keep a copy of the crashed file for the second case of (i) below.
+copy("$datadir/nvwal.current", "$datadir/nvwal.crashed") or die "copy: $!";
+unlink($nvwal_file) or die "unlink: $!";
+rename("$datadir/nvwal.current", $nvwal_file) or die "rename: $!";
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn, 'the right file restored');
+check_rows($node, 'the right file restored');
+
+# (i) A copy of this cluster started with the NVWAL file of a server that
+# crashed: a base backup, configured with the absolute path of the
+# primary's file.  The file's WAL belongs to the primary, which must still
+# be able to salvage it.
+$node->backup('bk');
+ok(!-e $node->backup_dir . '/bk/nvwal',
+	'base backup leaves out the NVWAL file in the data directory');
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-i');
+my $copy = PostgreSQL::Test::Cluster->new('copy');
+$copy->init_from_backup($node, 'bk', standby => 0);
+$copy->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
+start_fails($copy,
+	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" holds WAL of a server that did not shut down cleanly/,
+	'backup copy pointed to the crashed primary\'s file');
+$copy->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
+$copy->start;
+is( $copy->safe_psql(
+		'postgres', 'SELECT count(*) FROM t WHERE tag = \'crash-e\''),
+	'1',
+	'backup copy with its own NVWAL file starts with the backed-up data');
+is($copy->safe_psql('postgres', 'SELECT path FROM pg_stat_nvwal'),
+	'nvwal', 'backup copy uses its own relative NVWAL file');
+$copy->stop;
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn,
+	'primary after the copy was refused');
+check_rows($node, 'primary after the copy was refused');
+
+# The same with an old copy of this server's own file that is unclean: the
+# server shut down cleanly since, so the file is not the one it needs.
+$node->stop;
+rename($nvwal_file, "$datadir/nvwal.current") or die "rename: $!";
+rename("$datadir/nvwal.crashed", $nvwal_file) or die "rename: $!";
+start_fails($node,
+	qr/non-volatile WAL buffer file "nvwal" holds WAL of a server that did not shut down cleanly/,
+	'clean shutdown, then an old unclean copy of the file in place');
+unlink($nvwal_file) or die "unlink: $!";
+rename("$datadir/nvwal.current", $nvwal_file) or die "rename: $!";
+$node->start;
+check_rows($node, 'own file restored after the old unclean copy');
+
+# Another cluster, with its own NVWAL file.  Run initdb: copies of the
+# template share the system identifier.
+my $other = PostgreSQL::Test::Cluster->new('other');
+$other->init(force_initdb => 1);
+isnt(system_identifier($other), system_identifier($node),
+	'the other cluster has a system identifier of its own');
+$other->append_conf('postgresql.conf', "nvwal_path = 'nvwal'\nnvwal_size = 32MB\n");
+$other->start;
+$other->safe_psql('postgres', 'CREATE TABLE o AS SELECT 42 AS v');
+
+# (h) Two running servers with the same file.
+$other->stop;
+$other->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
+start_fails($other,
+	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" is in use by another server/,
+	'second server on a file in use');
+commit_row($node, 'while-other-refused');
+check_rows($node, 'first server after the second was refused');
+
+# (f) The same file while its server is stopped (cleanly): it belongs to
+# another database system.
+$node->stop;
+start_fails($other,
+	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" belongs to another database system/,
+	'file of another cluster, other server stopped');
+$other->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
+$other->start;
+is($other->safe_psql('postgres', 'SELECT v FROM o'),
+	'42', 'other cluster starts with its own file again');
+$other->stop;
+
+# (f) After a crash, the other cluster's file copied in place of ours.
+$node->start;
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-f');
+rename($nvwal_file, "$datadir/nvwal.mine") or die "rename: $!";
+copy($other->data_dir . '/nvwal', $nvwal_file) or die "copy: $!";
+start_fails($node,
+	qr/non-volatile WAL buffer file "nvwal" belongs to another database system/,
+	'crash, then the file of another cluster in place');
+unlink($nvwal_file) or die "unlink: $!";
+rename("$datadir/nvwal.mine", $nvwal_file) or die "rename: $!";
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn,
+	'own file restored after the other cluster\'s');
+check_rows($node, 'own file restored after the other cluster\'s');
+
+# (g) Files that are not NVWAL files, after a clean shutdown.  The server
+# must not overwrite them.
+$node->stop;
+rename($nvwal_file, "$datadir/nvwal.mine") or die "rename: $!";
+foreach my $case ([ 'zeros', "\0" x (1024 * 1024) ],
+	[ 'text', "this is not a WAL buffer\n" ])
+{
+	my ($name, $content) = @$case;
+	append_to_file($nvwal_file, $content);
+	start_fails($node,
+		qr/file "nvwal" is not a non-volatile WAL buffer file/,
+		"a file of $name at nvwal_path");
+	ok(slurp_file($nvwal_file) eq $content,
+		"a file of $name at nvwal_path: left untouched");
+	unlink($nvwal_file) or die "unlink: $!";
+}
+rename("$datadir/nvwal.mine", $nvwal_file) or die "rename: $!";
+$node->start;
+check_rows($node, 'own file restored after foreign files');
+
+# After a clean shutdown, NVWAL can be turned off.
+$node->stop;
+$node->adjust_conf('postgresql.conf', 'nvwal_path', "''");
+$node->start;
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
+	'0', 'pg_stat_nvwal has no row with NVWAL off');
+check_rows($node, 'clean shutdown, then NVWAL off');
+is(nvwal_control($node), 'no 0', 'pg_control names no NVWAL file with NVWAL off');
+
+# Without NVWAL, a crash is an ordinary crash.
+commit_row($node, 'off-crash');
+$node->stop('immediate');
+$node->start;
+check_rows($node, 'crash with NVWAL off');
+
+# And it can be turned on again, reusing the clean file.
+$node->stop;
+$node->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
+$offset = -s $node->logfile;
+$node->start;
+is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
+	'1', 'pg_stat_nvwal has one row with NVWAL on again');
+ok(!$node->log_contains(qr/replacing non-volatile WAL buffer file/, $offset),
+	'NVWAL on again: the clean file of the right size is reused');
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-on-again');
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn, 'NVWAL on again');
+check_rows($node, 'NVWAL on again');
+$node->stop;
+
+# No server hit an assertion failure or a PANIC along the way.
+foreach my $n ($node, $copy, $other)
+{
+	unlike(slurp_file($n->logfile), qr/TRAP:|PANIC:/,
+		$n->name . ': no assertion failure or PANIC in the server log');
+}
+
+done_testing();
