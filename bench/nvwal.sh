@@ -1,0 +1,244 @@
+#!/usr/bin/env bash
+# Commit throughput and latency with the non-volatile WAL buffer (nvwal):
+# vanilla PostgreSQL with WAL on disk, with pg_wal on tmpfs and with
+# synchronous_commit off, against the patched server with its WAL buffers in
+# a file on tmpfs, side by side in one run.
+#
+# There is no real persistent memory here: the nvwal file lies on /dev/shm
+# and the server runs with PMEM_IS_PMEM_FORCE=1, so that libpmem takes it
+# for pmem and flushes with cache-line write-back instead of msync().
+#
+# Each variant gets its own cluster (initdb, pgbench -i at SCALE), all
+# running at once on their own ports.  Then, for ROUNDS rounds, for each
+# client count, each variant in turn (the order rotates from round to round
+# so that drift affects all alike): a CHECKPOINT, WARMUP seconds of pgbench,
+# and DURATION seconds of pgbench TPC-B.  Each round ends with the commit
+# latency of every variant: one client inserting one row per transaction.
+# The report gives the median TPS per variant and client count, the ratios
+# against the targets, the commit latencies, and what pg_stat_nvwal counted.
+#
+# Needs root (servers run as the test user, who must own the tmpfs
+# directories) and the optimized builds, which it brings up to date with
+# make bench-builds (NO_BUILD=1 skips that).
+# Usage: bench/nvwal.sh [VARIANT...]
+set -euo pipefail
+. "$(dirname "$0")/../tools/lib.sh"
+
+SCALE=${SCALE:-20}
+DURATION=${DURATION:-20}
+WARMUP=${WARMUP:-5}
+ROUNDS=${ROUNDS:-3}
+CLIENTS=${CLIENTS:-"1 4 8"}
+NVWAL_SIZE=${NVWAL_SIZE:-256MB}
+FSYNC_SECS=${FSYNC_SECS:-2}		# pg_test_fsync -s; 0 skips it
+WORK=${BENCH_DIR:-$BUILD/bench/nvwal}
+SHM=${BENCH_SHM:-/dev/shm/pg-nvwal-bench}
+OUT=${BENCH_OUT:-$TOP/bench/results}
+PORT=${BENCH_PORT:-54500}
+
+# name | build | settings appended to postgresql.conf | environment of the
+# server | where pg_wal lives
+VARIANTS=(
+	"disk|vanilla|||disk"
+	"tmpfs|vanilla|||tmpfs"
+	"nvwal|patched|nvwal_path = '$SHM/nvwal.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
+	"async|vanilla|synchronous_commit = off||disk"
+	"patched-disk|patched|||disk"
+)
+
+[ "$(id -u)" = 0 ] ||
+	die "this benchmark needs root: servers run as $TEST_USER, who must own directories on /dev/shm"
+case $SHM in /dev/shm/?*) ;; *) die "BENCH_SHM must be a directory under /dev/shm" ;; esac
+
+bin_of() { echo "$INSTALL/$1-opt/bin"; }
+if [ -z "${NO_BUILD:-}" ]; then
+	say "bringing the optimized builds up to date (make bench-builds)"
+	make -s -C "$TOP" bench-builds >&2 ||
+		die "make bench-builds failed; the benchmark needs build/install/{patched,vanilla}-opt"
+fi
+for b in patched vanilla; do
+	[ -x "$(bin_of $b)/postgres" ] || die "no $b-opt build; run 'make bench-builds'"
+done
+ldd "$(bin_of patched)/postgres" | grep -q libpmem ||
+	die "the patched-opt build is not linked with libpmem; rebuild it with 'tools/build patched opt'"
+
+selected=("$@")
+names=()
+declare -A BUILD_OF SETTINGS_OF ENV_OF WALDIR_OF PORT_OF
+i=0
+for v in "${VARIANTS[@]}"; do
+	IFS='|' read -r name build settings env waldir <<<"$v"
+	if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
+		continue
+	fi
+	names+=("$name")
+	BUILD_OF[$name]=$build SETTINGS_OF[$name]=$settings ENV_OF[$name]=$env WALDIR_OF[$name]=$waldir
+	PORT_OF[$name]=$((PORT + i))
+	i=$((i + 1))
+done
+[ ${#names[@]} -gt 0 ] || die "no variant selected (variants: $(printf '%s\n' "${VARIANTS[@]}" | cut -d'|' -f1 | xargs))"
+
+data_of() { echo "$WORK/$1"; }
+
+# Run a client program of a variant's build against that variant's server.
+pgv() {
+	local name=$1
+	shift
+	as_test_user env PATH="$(bin_of "${BUILD_OF[$name]}"):$PATH" PGHOST="$WORK" \
+		PGPORT="${PORT_OF[$name]}" PGDATABASE=postgres "$@"
+}
+
+started=()
+cleanup() {
+	local rc=$? name
+	for name in ${started[@]+"${started[@]}"}; do
+		[ -f "$(data_of "$name")/postmaster.pid" ] &&
+			pgv "$name" pg_ctl -D "$(data_of "$name")" -m fast stop >/dev/null 2>&1 ||
+			true
+	done
+	# The tmpfs cluster's pg_wal is in here: it goes too, but the script
+	# initializes every cluster afresh anyway.
+	rm -rf "$SHM"
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+start_server() {
+	local name=$1 env=()
+	[ -z "${ENV_OF[$name]}" ] || read -ra env <<<"${ENV_OF[$name]}"
+	pgv "$name" env ${env[@]+"${env[@]}"} pg_ctl -D "$(data_of "$name")" \
+		-l "$WORK/$name.log" -w -t 600 start >/dev/null ||
+		{ tail -n 20 "$WORK/$name.log" >&2; die "$name: server did not start (log: $WORK/$name.log)"; }
+	started+=("$name")
+}
+
+make_cluster() {
+	local name=$1 data waldir=()
+	data=$(data_of "$name")
+	if [ "${WALDIR_OF[$name]}" = tmpfs ]; then
+		waldir=(--waldir="$SHM/$name-wal")
+	fi
+	pgv "$name" initdb -D "$data" -N --no-instructions ${waldir[@]+"${waldir[@]}"} >/dev/null
+	{
+		cat <<CONF
+listen_addresses = ''
+unix_socket_directories = '$WORK'
+port = ${PORT_OF[$name]}
+shared_buffers = 1GB
+max_wal_size = 4GB
+checkpoint_timeout = 30min
+autovacuum = off
+log_checkpoints = on
+CONF
+		[ -z "${SETTINGS_OF[$name]}" ] || tr ';' '\n' <<<"${SETTINGS_OF[$name]}"
+	} >>"$data/postgresql.conf"
+	start_server "$name"
+	pgv "$name" pgbench -i -s "$SCALE" -q 2>&1 | tail -n 1 >&2
+	pgv "$name" psql -qX -v ON_ERROR_STOP=1 -c 'CREATE TABLE t (id bigint, at timestamptz)'
+}
+
+# pg_stat_nvwal must show the buffer in use, as pmem, on the nvwal variant,
+# and nothing on the others that the patched build runs.
+check_nvwal() {
+	local name=$1 rows
+	[ "${BUILD_OF[$name]}" = patched ] || return 0
+	rows=$(pgv "$name" psql -XAtq -F ' ' -c 'SELECT path, size, is_pmem FROM pg_stat_nvwal')
+	if [[ ${SETTINGS_OF[$name]} == *nvwal_path* ]]; then
+		read -r path size is_pmem <<<"$rows"
+		[ "${is_pmem:-}" = t ] ||
+			die "$name: pg_stat_nvwal does not show a pmem buffer (got '$rows'); is PMEM_IS_PMEM_FORCE=1 reaching the server?"
+		[ -f "$path" ] || die "$name: no nvwal file at $path"
+		say "$name: pg_stat_nvwal: path $path, size $size, is_pmem $is_pmem"
+	else
+		[ -z "$rows" ] || die "$name: nvwal should be off, but pg_stat_nvwal shows '$rows'"
+	fi
+}
+
+nvwal_counters() {
+	pgv "$1" psql -XAtq -F ' ' -c 'SELECT flushes, ring_full, written_back FROM pg_stat_nvwal'
+}
+
+# One measured run: a checkpoint, a warm-up and the run itself.  Appends
+# "kind clients variant round tps latency_ms transactions stats" to runs.
+measure() {
+	local kind=$1 clients=$2 name=$3 round=$4 jobs script=() warmup=() before= after stats=- out
+	jobs=$((clients < 2 ? clients : 2))
+	if [ "$kind" = commit ]; then
+		script=(-f "$WORK/insert.sql")
+		warmup=(-n)
+		pgv "$name" psql -qX -c 'TRUNCATE t'
+	fi
+	pgv "$name" psql -qX -c CHECKPOINT
+	# For TPC-B the warm-up also does pgbench's vacuum of branches and
+	# tellers and truncates history, so every measured run starts alike.
+	pgv "$name" pgbench ${warmup[@]+"${warmup[@]}"} ${script[@]+"${script[@]}"} \
+		-c "$clients" -j "$jobs" -T "$WARMUP" >/dev/null 2>&1 ||
+		die "$name: warm-up failed"
+	[ "${BUILD_OF[$name]}" = patched ] && before=$(nvwal_counters "$name")
+	out=$(pgv "$name" pgbench -n ${script[@]+"${script[@]}"} -c "$clients" -j "$jobs" -T "$DURATION" 2>&1) ||
+		{ echo "$out" >&2; die "$name: pgbench failed"; }
+	if [ -n "$before" ]; then
+		after=$(nvwal_counters "$name")
+		read -r f0 r0 w0 <<<"$before"
+		read -r f1 r1 w1 <<<"$after"
+		stats="flushes=$((f1 - f0)),ring_full=$((r1 - r0)),written_back=$((w1 - w0))"
+	fi
+	local tps lat txns
+	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
+	lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")
+	txns=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+	[ -n "$tps" ] && [ -n "$lat" ] || { echo "$out" >&2; die "$name: no tps or latency in pgbench's output"; }
+	echo "$kind $clients $name $round $tps $lat $txns $stats" | tee -a "$WORK/runs" >&2
+}
+
+rm -rf "$WORK" "$SHM"
+mkdir -p "$WORK" "$OUT"
+prepare_test_user "$WORK" "$SHM"
+chmod 755 "$WORK"
+chmod 700 "$SHM"
+printf '\\set id random(1, 1000000000)\nINSERT INTO t VALUES (:id, now());\n' >"$WORK/insert.sql"
+chown "$TEST_USER:" "$WORK/insert.sql"
+
+if [ "$FSYNC_SECS" != 0 ]; then
+	say "pg_test_fsync -s $FSYNC_SECS in $WORK, for context"
+	as_test_user "$(bin_of vanilla)/pg_test_fsync" -s "$FSYNC_SECS" -f "$WORK/pg_test_fsync.tmp" \
+		>"$WORK/pg_test_fsync.txt" 2>&1 || say "pg_test_fsync failed (see $WORK/pg_test_fsync.txt)"
+	rm -f "$WORK/pg_test_fsync.tmp"
+fi
+
+for name in "${names[@]}"; do
+	say "$name: initializing a cluster (${BUILD_OF[$name]}), pgbench scale $SCALE"
+	make_cluster "$name"
+	check_nvwal "$name"
+done
+
+: >"$WORK/runs"
+for round in $(seq 1 "$ROUNDS"); do
+	# Rotate the order of the variants by one each round.
+	rot=$(((round - 1) % ${#names[@]}))
+	order=("${names[@]:rot}" "${names[@]:0:rot}")
+	for c in $CLIENTS; do
+		for name in "${order[@]}"; do
+			say "round $round/$ROUNDS, $c client(s): $name"
+			measure tpcb "$c" "$name" "$round"
+		done
+	done
+	for name in "${order[@]}"; do
+		say "round $round/$ROUNDS, commit latency: $name"
+		measure commit 1 "$name" "$round"
+	done
+done
+
+# Still pmem at the end, and no checkpoint other than ours (shutdown comes
+# after this) that could have fallen into a measured run.
+: >"$WORK/checkpoints"
+for name in "${names[@]}"; do
+	check_nvwal "$name"
+	echo "$name $(grep -cE 'checkpoint starting: .*(wal|time)' "$WORK/$name.log" || true)" >>"$WORK/checkpoints"
+done
+
+desc="pgbench TPC-B scale $SCALE, ${DURATION}s runs after ${WARMUP}s warm-up, $ROUNDS round(s),"
+desc+=" shared_buffers 1GB, max_wal_size 4GB, checkpoint_timeout 30min, autovacuum off, nvwal_size $NVWAL_SIZE;"
+desc+=" $(nproc) CPUs, $(uname -r)"
+python3 "$TOP/bench/nvwal_report.py" "$WORK" "$OUT" "$desc" | tee "$OUT/nvwal.txt"

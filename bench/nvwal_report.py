@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Report of bench/nvwal.sh: median TPS per variant and client count, the
+ratios against the targets with PASS/FAIL, commit latencies, what
+pg_stat_nvwal counted, and a PNG of TPS against clients per variant.
+
+usage: nvwal_report.py WORKDIR OUTDIR DESCRIPTION
+"""
+import collections
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+FDATASYNC = re.compile(r"^\s*fdatasync\s+([0-9.]+) ops/sec\s+([0-9]+) usecs/op")
+
+
+def spread(values):
+    """Range of the values as a percentage of their median."""
+    m = statistics.median(values)
+    return 100.0 * (max(values) - min(values)) / m if m else 0.0
+
+
+def parse_stats(text):
+    if text == "-":
+        return {}
+    return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
+
+
+def main():
+    work, out, description = sys.argv[1], sys.argv[2], sys.argv[3]
+    # runs[kind][clients][variant] = [(tps, latency_ms, transactions, stats)]
+    runs = collections.defaultdict(lambda: collections.defaultdict(lambda: collections.OrderedDict()))
+    rounds = set()
+    with open(os.path.join(work, "runs")) as f:
+        for line in f:
+            kind, clients, name, rnd, tps, lat, txns, stats = line.split()
+            rounds.add(rnd)
+            runs[kind][int(clients)].setdefault(name, []).append(
+                (float(tps), float(lat), int(txns or 0), parse_stats(stats)))
+
+    tpcb = runs["tpcb"]
+    clients = sorted(tpcb)
+    names = []
+    for c in clients:
+        for n in tpcb[c]:
+            if n not in names:
+                names.append(n)
+    tps = {(n, c): statistics.median(r[0] for r in tpcb[c][n]) for c in clients for n in tpcb[c]}
+
+    print(f"Non-volatile WAL buffer: commit throughput ({description})")
+    print(f"TPS, median of {len(rounds)} round(s); in brackets the range over rounds as % of the median.")
+    print(f"\n  {'variant':<13}" + "".join(f"{str(c) + (' client' if c == 1 else ' clients'):>20}" for c in clients))
+    for n in names:
+        cells = []
+        for c in clients:
+            if (n, c) in tps:
+                cells.append(f"{tps[(n, c)]:>11.0f} [{spread([r[0] for r in tpcb[c][n]]):4.1f}%]")
+            else:
+                cells.append(f"{'-':>20}")
+        print(f"  {n:<13}" + "".join(f"{cell:>20}" for cell in cells))
+
+    def ratio(a, b, c):
+        if (a, c) in tps and (b, c) in tps and tps[(b, c)]:
+            return tps[(a, c)] / tps[(b, c)]
+        return None
+
+    print("\nRatios of TPS (same client count)")
+    verdicts = []
+    for label, a, b, target, strict in (
+            ("nvwal / async", "nvwal", "async", 0.95, False),
+            ("nvwal / tmpfs", "nvwal", "tmpfs", 1.0, True),
+            ("nvwal / disk", "nvwal", "disk", None, False),
+            ("patched-disk / disk", "patched-disk", "disk", None, False)):
+        values = [ratio(a, b, c) for c in clients]
+        if all(v is None for v in values):
+            continue
+        cells = "".join(f"{v:>10.3f}" if v is not None else f"{'-':>10}" for v in values)
+        if target is None:
+            note = "(for information)"
+        else:
+            note = f"target {'>' if strict else '>='} {target} at every client count"
+            ok = all(v is not None and (v > target if strict else v >= target) for v in values)
+            verdicts.append((ok, label, values, target, strict))
+        print(f"  {label:<21}{cells}   {note}")
+    print(f"  {'clients':<21}" + "".join(f"{c:>10}" for c in clients))
+    print()
+    for ok, label, values, target, strict in verdicts:
+        shown = ", ".join(f"{c}: {v:.3f}" if v is not None else f"{c}: -" for c, v in zip(clients, values))
+        print(f"  {'PASS' if ok else 'FAIL'}: {label} {'>' if strict else '>='} {target} ({shown})")
+
+    commit = runs["commit"].get(1, {})
+    if commit:
+        print("\nCommit latency: one-row INSERT, autocommit, 1 client (pgbench latency average, median of rounds)")
+        async_lat = statistics.median(r[1] for r in commit["async"]) if "async" in commit else None
+        print(f"  {'variant':<13} {'latency ms':>11} {'TPS':>9} {'vs async':>9}")
+        for n, rs in commit.items():
+            lat = statistics.median(r[1] for r in rs)
+            t = statistics.median(r[0] for r in rs)
+            vs = f"{lat / async_lat:9.2f}" if async_lat else f"{'':>9}"
+            print(f"  {n:<13} {lat:>11.3f} {t:>9.0f} {vs}")
+
+    # What the nvwal variant's buffer did during the measured runs.
+    rows = []
+    for kind, label in (("tpcb", "TPC-B"), ("commit", "INSERT")):
+        for c in sorted(runs[kind]):
+            for n, rs in runs[kind][c].items():
+                if not any(r[3] for r in rs):
+                    continue
+                txns = sum(r[2] for r in rs)
+                f = sum(r[3].get("flushes", 0) for r in rs)
+                full = sum(r[3].get("ring_full", 0) for r in rs)
+                wb = sum(r[3].get("written_back", 0) for r in rs)
+                rows.append((n, f"{label} -c{c}", txns, f, f / txns if txns else 0.0, full, wb / 2**20))
+    if rows:
+        print("\npg_stat_nvwal during the measured runs (sums over rounds)")
+        print(f"  {'variant':<8} {'workload':<12} {'transactions':>12} {'flushes':>10} {'per txn':>8} {'ring_full':>10} {'written back MB':>16}")
+        for n, w, txns, f, per, full, wb in rows:
+            print(f"  {n:<8} {w:<12} {txns:>12} {f:>10} {per:>8.2f} {full:>10} {wb:>16.1f}")
+
+    fsync_txt = os.path.join(work, "pg_test_fsync.txt")
+    if os.path.exists(fsync_txt):
+        with open(fsync_txt, errors="replace") as f:
+            for line in f:
+                m = FDATASYNC.match(line)
+                if m:
+                    print(f"\nfdatasync of one 8kB write on the disk holding the data directories"
+                          f" (pg_test_fsync): {float(m.group(1)):.0f} ops/sec, {m.group(2)} usecs/op")
+                    break
+
+    checkpoints = os.path.join(work, "checkpoints")
+    if os.path.exists(checkpoints):
+        with open(checkpoints) as f:
+            extra = [line.split() for line in f if line.split()[1] != "0"]
+        for n, count in extra:
+            print(f"\nWARNING: {n} had {count} checkpoint(s) triggered by WAL volume or time;"
+                  " a run may have been disturbed (see its server log)")
+
+    # Grouped bars: TPS against clients, one bar per variant, and the
+    # commit latency per variant beside it.
+    png = os.path.join(out, "nvwal.png")
+    tps_dat = os.path.join(work, "plot-tps.dat")
+    with open(tps_dat, "w") as f:
+        f.write("clients " + " ".join(names) + "\n")
+        for c in clients:
+            f.write(f"{c} " + " ".join(f"{tps.get((n, c), float('nan')):.1f}" for n in names) + "\n")
+    colors = {"disk": "#999999", "tmpfs": "#377eb8", "nvwal": "#e41a1c",
+              "async": "#4daf4a", "patched-disk": "#555555"}
+    def color(n):
+        return colors.get(n, "#984ea3")
+    lat_dat = os.path.join(work, "plot-latency.dat")
+    with open(lat_dat, "w") as f:
+        for n, rs in commit.items():
+            # gnuplot's "lc rgb variable" takes the colour as a number
+            f.write(f"{n} {statistics.median(r[1] for r in rs):.4f} {int(color(n)[1:], 16)}\n")
+    tps_plot = ", ".join(
+        f"'{tps_dat}' using {i + 2}:xtic(1) title columnheader({i + 2}) lc rgb '{color(n)}'"
+        for i, n in enumerate(names))
+    lat_plot = (f"plot '{lat_dat}' using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable"
+                if commit else "")
+    script = f"""
+set terminal png size 1200,550 noenhanced
+set output '{png}'
+set multiplot layout 1,2 title 'Non-volatile WAL buffer, {len(rounds)} round(s), medians'
+set grid ytics
+set yrange [0:*]
+set style fill solid 0.9 border -1
+set title 'pgbench TPC-B'
+set style data histograms
+set style histogram clustered gap 1
+set key top left
+set xlabel 'clients'
+set ylabel 'TPS'
+plot {tps_plot}
+set title 'commit latency: one-row INSERT, 1 client'
+set xlabel ''
+set ylabel 'ms'
+unset key
+set boxwidth 0.6
+set xrange [-0.5:{max(len(commit), 1) - 0.5}]
+{lat_plot}
+unset multiplot
+"""
+    subprocess.run(["gnuplot"], input=script.encode(), check=True)
+    print(f"\nplot: {png}")
+
+
+if __name__ == "__main__":
+    main()
