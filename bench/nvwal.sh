@@ -119,7 +119,7 @@ make_cluster() {
 	if [ "${WALDIR_OF[$name]}" = tmpfs ]; then
 		waldir=(--waldir="$SHM/$name-wal")
 	fi
-	pgv "$name" initdb -D "$data" -N --no-instructions ${waldir[@]+"${waldir[@]}"} >/dev/null
+	pgv "$name" initdb -D "$data" -N -A trust --no-instructions ${waldir[@]+"${waldir[@]}"} >/dev/null
 	{
 		cat <<CONF
 listen_addresses = ''

@@ -92,13 +92,14 @@ def main():
     commit = runs["commit"].get(1, {})
     if commit:
         print("\nCommit latency: one-row INSERT, autocommit, 1 client (pgbench latency average, median of rounds)")
-        async_lat = statistics.median(r[1] for r in commit["async"]) if "async" in commit else None
-        print(f"  {'variant':<13} {'latency ms':>11} {'TPS':>9} {'vs async':>9}")
+        print("  (pgbench prints the latency to the microsecond; us/commit is 1/TPS, finer for one client)")
+        async_tps = statistics.median(r[0] for r in commit["async"]) if "async" in commit else None
+        print(f"  {'variant':<13} {'latency ms':>11} {'us/commit':>10} {'TPS':>9} {'vs async':>9}")
         for n, rs in commit.items():
             lat = statistics.median(r[1] for r in rs)
             t = statistics.median(r[0] for r in rs)
-            vs = f"{lat / async_lat:9.2f}" if async_lat else f"{'':>9}"
-            print(f"  {n:<13} {lat:>11.3f} {t:>9.0f} {vs}")
+            vs = f"{async_tps / t:9.2f}" if async_tps else f"{'':>9}"
+            print(f"  {n:<13} {lat:>11.3f} {1e6 / t:>10.1f} {t:>9.0f} {vs}")
 
     # What the nvwal variant's buffer did during the measured runs.
     rows = []
@@ -152,11 +153,13 @@ def main():
     with open(lat_dat, "w") as f:
         for n, rs in commit.items():
             # gnuplot's "lc rgb variable" takes the colour as a number
-            f.write(f"{n} {statistics.median(r[1] for r in rs):.4f} {int(color(n)[1:], 16)}\n")
+            # 1/TPS: pgbench's latency average is rounded to the microsecond
+            f.write(f"{n} {1e6 / statistics.median(r[0] for r in rs):.2f} {int(color(n)[1:], 16)}\n")
     tps_plot = ", ".join(
         f"'{tps_dat}' using {i + 2}:xtic(1) title columnheader({i + 2}) lc rgb '{color(n)}'"
         for i, n in enumerate(names))
-    lat_plot = (f"plot '{lat_dat}' using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable"
+    lat_plot = (f"plot '{lat_dat}' using 0:2:(0.6):3:xtic(1) with boxes lc rgb variable,"
+                f" '' using 0:2:(sprintf('%.1f', $2)) with labels offset 0,0.7"
                 if commit else "")
     script = f"""
 set terminal png size 1200,550 noenhanced
@@ -172,11 +175,12 @@ set key top left
 set xlabel 'clients'
 set ylabel 'TPS'
 plot {tps_plot}
-set title 'commit latency: one-row INSERT, 1 client'
+set title 'commit latency: one-row INSERT, 1 client (1/TPS)'
 set xlabel ''
-set ylabel 'ms'
+set ylabel 'microseconds per commit'
 unset key
 set boxwidth 0.6
+set offsets 0, 0, graph 0.1, 0
 set xrange [-0.5:{max(len(commit), 1) - 0.5}]
 {lat_plot}
 unset multiplot
