@@ -219,6 +219,14 @@ nvwal_persist(const void *addr, Size len)
 	nvwal_drain();
 }
 
+/* Store one 8-byte field of the header and persist it */
+static void
+nvwal_header_set(uint64 *field, uint64 value)
+{
+	*field = value;
+	nvwal_persist(field, sizeof(uint64));
+}
+
 /*
  * A media error on the mapping raises SIGBUS.  Report it, naming the file,
  * and abort; the postmaster then restarts, and if the start-up process hits
@@ -782,10 +790,8 @@ NvwalSalvage(void)
 					nvwal_path)));
 
 	/* From now on the ring holds nothing pg_wal lacks */
-	nvwal_header->synced_upto = end;
-	nvwal_persist(&nvwal_header->synced_upto, sizeof(uint64));
-	nvwal_header->clean = 1;
-	nvwal_persist(&nvwal_header->clean, sizeof(uint64));
+	nvwal_header_set(&nvwal_header->synced_upto, end);
+	nvwal_header_set(&nvwal_header->clean, 1);
 #endif
 }
 
@@ -799,12 +805,9 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 {
 #ifdef USE_LIBPMEM
 	Assert(NvwalActive);
-	nvwal_header->timeline = tli;
-	nvwal_header->synced_upto = endOfLog;
-	nvwal_persist(&nvwal_header->timeline, sizeof(uint64));
-	nvwal_persist(&nvwal_header->synced_upto, sizeof(uint64));
-	nvwal_header->clean = 0;
-	nvwal_persist(&nvwal_header->clean, sizeof(uint64));
+	nvwal_header_set(&nvwal_header->timeline, tli);
+	nvwal_header_set(&nvwal_header->synced_upto, endOfLog);
+	nvwal_header_set(&nvwal_header->clean, 0);
 	pg_atomic_write_u64(&NvwalShmem->flushed_upto, endOfLog);
 #endif
 }
@@ -818,8 +821,7 @@ NvwalMarkClean(void)
 {
 #ifdef USE_LIBPMEM
 	Assert(NvwalActive);
-	nvwal_header->clean = 1;
-	nvwal_persist(&nvwal_header->clean, sizeof(uint64));
+	nvwal_header_set(&nvwal_header->clean, 1);
 #endif
 }
 
@@ -893,10 +895,7 @@ NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written)
 #ifdef USE_LIBPMEM
 	Assert(NvwalActive);
 	if (upto > nvwal_header->synced_upto)
-	{
-		nvwal_header->synced_upto = upto;
-		nvwal_persist(&nvwal_header->synced_upto, sizeof(uint64));
-	}
+		nvwal_header_set(&nvwal_header->synced_upto, upto);
 	pg_atomic_fetch_add_u64(&NvwalShmem->written, written);
 #endif
 }

@@ -7,7 +7,7 @@
 # The WAL writer, the only process that writes the ring to pg_wal in the
 # background, is stopped with SIGSTOP.  A commit is then durable in the ring
 # but neither written nor fsynced in pg_wal, which pg_stat_nvwal and
-# pg_waldump confirm.  After all server processes are killed, start-up must
+# pg_waldump confirm.  After a crash (an immediate stop), start-up must
 # write the ring's durable tail to pg_wal, and recovery must replay the
 # commit.  Start-up must write only that tail, although the ring also holds
 # pages initialized ahead of insertion, so that its time does not grow with
@@ -18,86 +18,23 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
 	plan skip_all => 'non-volatile WAL buffer not supported by this build';
 }
-if (!-d '/proc/self/fd')
-{
-	plan skip_all => 'test needs /proc to find the server processes';
-}
 
 # No persistent memory here: let libpmem treat the file as if it were.
 $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
-# Process state letter and parent pid, from /proc; empty if it is gone.
-sub proc_state
-{
-	my ($pid) = @_;
-	open(my $fh, '<', "/proc/$pid/stat") or return ();
-	my $line = <$fh>;
-	close($fh);
-	return () unless defined $line && $line =~ /^\d+ \(.*\) (\S) (\d+) /s;
-	return ($1, $2);
-}
-
-sub child_pids
-{
-	my ($parent) = @_;
-	my @pids;
-	opendir(my $dh, '/proc') or die "could not open /proc: $!";
-	foreach my $pid (grep { /^\d+$/ } readdir($dh))
-	{
-		my ($state, $ppid) = proc_state($pid);
-		push @pids, $pid if defined $ppid && $ppid == $parent;
-	}
-	closedir($dh);
-	return @pids;
-}
-
-# Wait until a process is in one of the given states, or gone if $gone_ok.
-sub wait_for_proc_state
-{
-	my ($pid, $states, $gone_ok) = @_;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	while (1)
-	{
-		my ($state) = proc_state($pid);
-		return if !defined $state && $gone_ok;
-		return if defined $state && $state =~ $states;
-		die "process $pid did not reach state $states"
-		  if time() > $deadline;
-		usleep(5_000);
-	}
-}
-
-# Kill the postmaster and all of its children with SIGKILL, like a power
-# loss: all are stopped first, so that none runs on after another is gone.
+# Crash the server: an immediate stop, so no shutdown checkpoint and no
+# write-back of the ring.  A WAL writer held with SIGSTOP would only go at
+# the postmaster's SIGKILL seconds later, so it is killed first.
 sub crash_node
 {
-	my ($node) = @_;
-	my $pidfile = $node->data_dir . '/postmaster.pid';
-	my ($pm) = split /\n/, slurp_file($pidfile);
-
-	kill('STOP', $pm) or die "could not stop postmaster $pm: $!";
-	wait_for_proc_state($pm, qr/^[Tt]$/, 0);
-	my @children = child_pids($pm);
-	kill('STOP', @children);
-	wait_for_proc_state($_, qr/^[TtZ]$/, 1) foreach @children;
-	kill('KILL', $pm, @children);
-	# Only bookkeeping: the node is now known to be down.
-	$node->kill9;
-	wait_for_proc_state($_, qr/^Z$/, 1) foreach ($pm, @children);
-
-	# A zombie postmaster, until init reaps it, would look like a live one
-	# to the next start.  After a power loss there is no such process.
-	if (proc_state($pm))
-	{
-		unlink($pidfile);
-		unlink($node->host . '/.s.PGSQL.' . $node->port . '.lock');
-	}
+	my ($node, $walwriter) = @_;
+	kill('KILL', $walwriter) if defined $walwriter;
+	$node->stop('immediate');
 	return;
 }
 
@@ -162,7 +99,6 @@ my $walwriter = $node->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
 like($walwriter, qr/^\d+$/, 'found the WAL writer');
 kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
-wait_for_proc_state($walwriter, qr/^[Tt]$/, 0);
 
 # Commit, and note the transaction and where its WAL ends.
 my ($xid, $commit_end) = split /\n/, $node->safe_psql(
@@ -191,7 +127,7 @@ unlike(
 	'the commit record is not in pg_wal');
 
 # Crash: the commit's WAL is in the ring only.
-crash_node($node);
+crash_node($node, $walwriter);
 my $logpos = -s $node->logfile;
 $node->start;
 

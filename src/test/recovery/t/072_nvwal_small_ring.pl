@@ -14,86 +14,23 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
 	plan skip_all => 'non-volatile WAL buffer not supported by this build';
 }
-if (!-d '/proc/self/fd')
-{
-	plan skip_all => 'test needs /proc to find the server processes';
-}
 
 # No persistent memory here: let libpmem treat the file as if it were.
 $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
-# Process state letter and parent pid, from /proc; empty if it is gone.
-sub proc_state
-{
-	my ($pid) = @_;
-	open(my $fh, '<', "/proc/$pid/stat") or return ();
-	my $line = <$fh>;
-	close($fh);
-	return () unless defined $line && $line =~ /^\d+ \(.*\) (\S) (\d+) /s;
-	return ($1, $2);
-}
-
-sub child_pids
-{
-	my ($parent) = @_;
-	my @pids;
-	opendir(my $dh, '/proc') or die "could not open /proc: $!";
-	foreach my $pid (grep { /^\d+$/ } readdir($dh))
-	{
-		my ($state, $ppid) = proc_state($pid);
-		push @pids, $pid if defined $ppid && $ppid == $parent;
-	}
-	closedir($dh);
-	return @pids;
-}
-
-# Wait until a process is in one of the given states, or gone if $gone_ok.
-sub wait_for_proc_state
-{
-	my ($pid, $states, $gone_ok) = @_;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	while (1)
-	{
-		my ($state) = proc_state($pid);
-		return if !defined $state && $gone_ok;
-		return if defined $state && $state =~ $states;
-		die "process $pid did not reach state $states"
-		  if time() > $deadline;
-		usleep(5_000);
-	}
-}
-
-# Kill the postmaster and all of its children with SIGKILL, like a power
-# loss: all are stopped first, so that none runs on after another is gone.
+# Crash the server: an immediate stop, so no shutdown checkpoint and no
+# write-back of the ring.  A WAL writer held with SIGSTOP would only go at
+# the postmaster's SIGKILL seconds later, so it is killed first.
 sub crash_node
 {
-	my ($node) = @_;
-	my $pidfile = $node->data_dir . '/postmaster.pid';
-	my ($pm) = split /\n/, slurp_file($pidfile);
-
-	kill('STOP', $pm) or die "could not stop postmaster $pm: $!";
-	wait_for_proc_state($pm, qr/^[Tt]$/, 0);
-	my @children = child_pids($pm);
-	kill('STOP', @children);
-	wait_for_proc_state($_, qr/^[TtZ]$/, 1) foreach @children;
-	kill('KILL', $pm, @children);
-	# Only bookkeeping: the node is now known to be down.
-	$node->kill9;
-	wait_for_proc_state($_, qr/^Z$/, 1) foreach ($pm, @children);
-
-	# A zombie postmaster, until init reaps it, would look like a live one
-	# to the next start.  After a power loss there is no such process.
-	if (proc_state($pm))
-	{
-		unlink($pidfile);
-		unlink($node->host . '/.s.PGSQL.' . $node->port . '.lock');
-	}
+	my ($node, $walwriter) = @_;
+	kill('KILL', $walwriter) if defined $walwriter;
+	$node->stop('immediate');
 	return;
 }
 
@@ -184,7 +121,6 @@ my $walwriter = $node->safe_psql('postgres',
 	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
 like($walwriter, qr/^\d+$/, 'found the WAL writer');
 kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
-wait_for_proc_state($walwriter, qr/^[Tt]$/, 0);
 
 my $before = nvwal_stats($node);
 run_concurrently(
@@ -234,7 +170,6 @@ is( $node->safe_psql(
 # ring has wrapped to by now: stop the WAL writer again, write everything
 # back with a checkpoint, and commit the last rows.
 kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
-wait_for_proc_state($walwriter, qr/^[Tt]$/, 0);
 $node->safe_psql('postgres', 'CHECKPOINT');
 my $tail_end = $node->safe_psql('postgres',
 	insert_sql(58801, 60000) . '; SELECT pg_current_wal_insert_lsn()');
@@ -251,7 +186,7 @@ is( $node->safe_psql(
 my $check_sql =
   'SELECT count(*), sum(id), bool_and(payload = repeat(md5(id::text), 31)) FROM big';
 
-crash_node($node);
+crash_node($node, $walwriter);
 $node->command_like(
 	[ 'pg_controldata', $node->data_dir ],
 	qr/Non-volatile WAL buffer in use:\s+yes/,
