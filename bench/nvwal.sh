@@ -19,7 +19,9 @@
 #
 # Needs root (servers run as the test user, who must own the tmpfs
 # directories) and the optimized builds, which it brings up to date with
-# make bench-builds (NO_BUILD=1 skips that).
+# tools/build (NO_BUILD=1 skips that).  nvwal-oncopy runs a build with
+# NVWAL_PERSIST_ON_COPY: inserters copy WAL into the ring with
+# pmem_memcpy_nodrain() instead of XLogFlush() writing it back.
 # Usage: bench/nvwal.sh [VARIANT...]
 set -euo pipefail
 . "$(dirname "$0")/../tools/lib.sh"
@@ -44,6 +46,7 @@ VARIANTS=(
 	"nvwal|patched|nvwal_path = '$SHM/nvwal.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
 	"async|vanilla|synchronous_commit = off||disk"
 	"patched-disk|patched|||disk"
+	"nvwal-oncopy|patched-oncopy|nvwal_path = '$SHM/nvwal-oncopy.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
 )
 
 [ "$(id -u)" = 0 ] ||
@@ -51,16 +54,6 @@ VARIANTS=(
 case $SHM in /dev/shm/?*) ;; *) die "BENCH_SHM must be a directory under /dev/shm" ;; esac
 
 bin_of() { echo "$INSTALL/$1-opt/bin"; }
-if [ -z "${NO_BUILD:-}" ]; then
-	say "bringing the optimized builds up to date (make bench-builds)"
-	make -s -C "$TOP" bench-builds >&2 ||
-		die "make bench-builds failed; the benchmark needs build/install/{patched,vanilla}-opt"
-fi
-for b in patched vanilla; do
-	[ -x "$(bin_of $b)/postgres" ] || die "no $b-opt build; run 'make bench-builds'"
-done
-ldd "$(bin_of patched)/postgres" | grep -q libpmem ||
-	die "the patched-opt build is not linked with libpmem; rebuild it with 'tools/build patched opt'"
 
 selected=("$@")
 names=()
@@ -77,6 +70,18 @@ for v in "${VARIANTS[@]}"; do
 	i=$((i + 1))
 done
 [ ${#names[@]} -gt 0 ] || die "no variant selected (variants: $(printf '%s\n' "${VARIANTS[@]}" | cut -d'|' -f1 | xargs))"
+
+# The optimized builds the selected variants run.
+builds=$(printf '%s\n' "${BUILD_OF[@]}" | sort -u)
+for b in $builds; do
+	[ -n "${NO_BUILD:-}" ] || "$TOP/tools/build" "$b" opt >&2 ||
+		die "building $b-opt failed"
+	[ -x "$(bin_of "$b")/postgres" ] || die "no $b-opt build; run 'tools/build $b opt'"
+	if [[ $b == patched* ]]; then
+		ldd "$(bin_of "$b")/postgres" | grep -q libpmem ||
+			die "the $b-opt build is not linked with libpmem; rebuild it with 'tools/build $b opt'"
+	fi
+done
 
 data_of() { echo "$WORK/$1"; }
 
@@ -142,7 +147,7 @@ CONF
 # and nothing on the others that the patched build runs.
 check_nvwal() {
 	local name=$1 rows
-	[ "${BUILD_OF[$name]}" = patched ] || return 0
+	[[ ${BUILD_OF[$name]} == patched* ]] || return 0
 	rows=$(pgv "$name" psql -XAtq -F ' ' -c 'SELECT path, size, is_pmem FROM pg_stat_nvwal')
 	if [[ ${SETTINGS_OF[$name]} == *nvwal_path* ]]; then
 		read -r path size is_pmem <<<"$rows"
@@ -175,7 +180,7 @@ measure() {
 	pgv "$name" pgbench ${warmup[@]+"${warmup[@]}"} ${script[@]+"${script[@]}"} \
 		-c "$clients" -j "$jobs" -T "$WARMUP" >/dev/null 2>&1 ||
 		die "$name: warm-up failed"
-	[ "${BUILD_OF[$name]}" = patched ] && before=$(nvwal_counters "$name")
+	[[ ${BUILD_OF[$name]} == patched* ]] && before=$(nvwal_counters "$name")
 	out=$(pgv "$name" pgbench -n ${script[@]+"${script[@]}"} -c "$clients" -j "$jobs" -T "$DURATION" 2>&1) ||
 		{ echo "$out" >&2; die "$name: pgbench failed"; }
 	if [ -n "$before" ]; then

@@ -43,12 +43,28 @@ extern void NvwalSalvage(void);
 extern uint64 NvwalFileId(void);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 
+/*
+ * Define NVWAL_PERSIST_ON_COPY to have each inserter copy its record into
+ * the ring with pmem_memcpy_nodrain() and drain before it releases its
+ * insertion lock, so that XLogFlush() has nothing left to write back.  By
+ * default inserters use plain stores and XLogFlush() writes back the range
+ * it needs with pmem_flush().  bench/nvwal.sh measures both (variant
+ * nvwal-oncopy); on emulated pmem the default was faster, see README.nvwal.
+ */
+/* #define NVWAL_PERSIST_ON_COPY */
+
 /* Durability of ring contents */
 extern void NvwalPersistRange(XLogRecPtr from, XLogRecPtr to);
 extern void NvwalPersistPage(const char *page);
 extern void NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written);
 extern void NvwalMarkClean(void);
 extern void NvwalCountRingFull(void);
+extern bool NvwalPersistedOnCopy(void);
+#ifdef NVWAL_PERSIST_ON_COPY
+extern void NvwalCopy(char *dst, const char *src, Size len);
+extern void NvwalFlushBytes(const void *addr, Size len);
+extern void NvwalDrain(void);
+#endif
 
 /* Base backups leave the file out */
 extern bool NvwalIsDataDirFile(const char *relpath);
