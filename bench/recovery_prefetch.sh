@@ -50,14 +50,11 @@ bin_of() { echo "$INSTALL/$1-opt/bin"; }
 for b in patched vanilla; do
 	[ -x "$(bin_of $b)/postgres" ] || die "no $b-opt build; run 'make bench-builds'"
 done
-catversion_of() {
-	grep -o 'CATALOG_VERSION_NO[[:space:]]*[0-9]*' \
-		"$1/src/include/catalog/catversion.h" | awk '{print $2}'
-}
 # The crashed clusters are made by the patched server, so that its runs can
-# report pg_stat_recovery_prefetch; vanilla's copies get its catalog version.
+# report pg_stat_recovery_prefetch; vanilla's copies get pg_control in
+# vanilla's layout (bench/pg_control_vanilla.py, which compiles against both
+# trees' headers).
 [ -d "$VANILLA_SRC" ] || die "no vanilla tree; run 'make bench-builds'"
-vanilla_catversion=$(catversion_of "$VANILLA_SRC")
 
 # A memory cgroup for the server (v1 or v2, whichever has the controller).
 setup_cgroup() {
@@ -147,7 +144,8 @@ recover() {
 	cp -a "$WORK/crashed-fpw-$fpw" "$copy"
 	tr ';' '\n' <<<"$settings" >>"$copy/postgresql.conf"
 	if [ "$build" = vanilla ]; then
-		python3 "$TOP/bench/pg_control_catversion.py" "$copy" "$vanilla_catversion"
+		python3 "$TOP/bench/pg_control_vanilla.py" "$copy" "$SRC" "$MESON/patched-opt" \
+			"$VANILLA_SRC" "$MESON/vanilla-opt"
 	fi
 	chown -R "$TEST_USER:" "$copy"
 	rm -f "$log"
