@@ -59,11 +59,13 @@ extern void NvwalPersistPage(const char *page);
 extern void NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written);
 extern void NvwalMarkClean(void);
 extern void NvwalCountRingFull(void);
-extern bool NvwalPersistedOnCopy(void);
 #ifdef NVWAL_PERSIST_ON_COPY
+extern bool NvwalPersistedOnCopy(void);
 extern void NvwalCopy(char *dst, const char *src, Size len);
 extern void NvwalFlushBytes(const void *addr, Size len);
 extern void NvwalDrain(void);
+#else
+#define NvwalPersistedOnCopy() false
 #endif
 
 /* Base backups leave the file out */

@@ -912,17 +912,17 @@ NvwalCountRingFull(void)
  * leaving XLogFlush() nothing to write back?  Only on real persistent
  * memory: msync() works on pages, once per commit is enough.
  */
+#ifdef NVWAL_PERSIST_ON_COPY
 bool
 NvwalPersistedOnCopy(void)
 {
-#if defined(USE_LIBPMEM) && defined(NVWAL_PERSIST_ON_COPY)
+#ifdef USE_LIBPMEM
 	return nvwal_is_pmem;
 #else
 	return false;
 #endif
 }
 
-#ifdef NVWAL_PERSIST_ON_COPY
 /* Copy WAL into the ring, on its way to persistence but not waiting */
 void
 NvwalCopy(char *dst, const char *src, Size len)

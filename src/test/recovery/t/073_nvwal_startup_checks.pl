@@ -23,6 +23,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
+if (!check_pg_config("#define USE_LIBPMEM 1"))
+{
+	plan skip_all => 'non-volatile WAL buffer not supported by this build';
+}
+
 # No persistent memory here: let libpmem treat the file as if it were.
 $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
