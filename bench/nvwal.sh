@@ -27,9 +27,12 @@ set -euo pipefail
 . "$(dirname "$0")/../tools/lib.sh"
 
 SCALE=${SCALE:-20}
-DURATION=${DURATION:-20}
-WARMUP=${WARMUP:-5}
-ROUNDS=${ROUNDS:-3}
+# This shared 2-CPU machine drifts by 10-30% within minutes: many short
+# rounds, each comparing the variants back to back, give steadier medians
+# than a few long ones.
+DURATION=${DURATION:-8}
+WARMUP=${WARMUP:-3}
+ROUNDS=${ROUNDS:-10}
 CLIENTS=${CLIENTS:-"1 4 8"}
 NVWAL_SIZE=${NVWAL_SIZE:-256MB}
 FSYNC_SECS=${FSYNC_SECS:-2}		# pg_test_fsync -s; 0 skips it
@@ -175,6 +178,9 @@ measure() {
 		pgv "$name" psql -qX -c 'TRUNCATE t'
 	fi
 	pgv "$name" psql -qX -c CHECKPOINT
+	# The checkpoint leaves dirty data in the kernel's page cache; written
+	# back now, it does not fall into the measured run of the next variant.
+	sync
 	# For TPC-B the warm-up also does pgbench's vacuum of branches and
 	# tellers and truncates history, so every measured run starts alike.
 	pgv "$name" pgbench ${warmup[@]+"${warmup[@]}"} ${script[@]+"${script[@]}"} \
