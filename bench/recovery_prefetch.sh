@@ -96,9 +96,14 @@ start_server() {
 	fi
 }
 
+# Clusters made by an earlier run are reused while the patched build's
+# catalog version is the same; the marker names it.
+DONE=.done-patched-$(sed -n 's/^#define CATALOG_VERSION_NO[[:space:]]*\([0-9]*\).*/\1/p' \
+	"$SRC/src/include/catalog/catversion.h")
+
 make_base() {
 	local base=$WORK/base
-	[ -f "$base/.done-patched" ] && return
+	[ -f "$base/$DONE" ] && return
 	say "initializing pgbench scale $SCALE"
 	rm -rf "$base"
 	pg patched initdb -D "$base" -N --no-instructions >/dev/null
@@ -116,23 +121,23 @@ CONF
 	pg patched pg_ctl -D "$base" -l "$WORK/base.log" -w start >/dev/null
 	pg patched pgbench -i -s "$SCALE" -q postgres 2>&1 | tail -n 1
 	pg patched pg_ctl -D "$base" -m fast stop >/dev/null
-	touch "$base/.done-patched"
+	touch "$base/$DONE"
 }
 
 make_crashed() {
 	local fpw=$1 dir=$WORK/crashed-fpw-$1
-	[ -f "$dir/.done-patched" ] && return
+	[ -f "$dir/$DONE" ] && return
 	say "crashed cluster with full_page_writes = $fpw: $DURATION s of pgbench -N -c $CLIENTS"
 	rm -rf "$dir"
 	cp -a "$WORK/base" "$dir"
-	rm -f "$dir/.done-patched"
+	rm -f "$dir"/.done-patched*
 	echo "full_page_writes = $fpw" >>"$dir/postgresql.conf"
 	pg patched pg_ctl -D "$dir" -l "$WORK/crashed-$fpw.log" -w start >/dev/null
 	pg patched psql -qX -c checkpoint postgres
 	pg patched pgbench -N -c "$CLIENTS" -j "$CLIENTS" -T "$DURATION" postgres 2>&1 |
 		grep -E '^tps' || true
 	pg patched pg_ctl -D "$dir" -m immediate stop >/dev/null
-	touch "$dir/.done-patched"
+	touch "$dir/$DONE"
 }
 
 # Recover a copy of the crashed cluster; print the redo time in seconds and
