@@ -13,6 +13,9 @@
 # pages initialized ahead of insertion, so that its time does not grow with
 # the ring.  A second round, where a checkpoint has written the commit to
 # pg_wal before the crash, shows that the same checks see WAL that is there.
+# A last round, with the WAL writer stopped again, checks that pg_waldump
+# finds all WAL up to the position pg_current_wal_flush_lsn() or
+# pg_current_wal_lsn() returned.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -56,6 +59,27 @@ sub waldump
 		'>' => \$stdout,
 		'2>' => \$stderr);
 	return $stdout;
+}
+
+# Run pg_waldump on pg_wal from $start to $end; returns whether it exited
+# successfully, and its output.  Without --end it would always stop with an
+# error at the end of WAL; with it, an error means WAL before $end is
+# missing.
+sub waldump_upto
+{
+	my ($node, $start, $end) = @_;
+	my ($stdout, $stderr);
+	my $ok = IPC::Run::run(
+		[
+			'pg_waldump',
+			'--path' => $node->data_dir . '/pg_wal',
+			'--start' => $start,
+			'--end' => $end
+		],
+		'>' => \$stdout,
+		'2>' => \$stderr);
+	note "pg_waldump: $stderr" if $stderr;
+	return ($ok, $stdout);
 }
 
 my $salvage_re =
@@ -188,6 +212,39 @@ is( $node->safe_psql(
 		'postgres', 'SELECT string_agg(note, \', \' ORDER BY id) FROM t'),
 	'asynchronous, only in the ring, written back',
 	'control: all commits survived the second crash');
+
+# A program reading pg_wal of the running server up to the position that
+# pg_current_wal_flush_lsn() or pg_current_wal_lsn() returned finds all of
+# it there, although the WAL writer has not written it: the functions write
+# it first.
+$walwriter = $node->safe_psql('postgres',
+	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
+kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
+foreach my $function ('pg_current_wal_flush_lsn', 'pg_current_wal_lsn')
+{
+	my $start =
+	  $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+	($xid, $commit_end) = split /\n/, $node->safe_psql(
+		'postgres', qq{
+INSERT INTO t SELECT max(id) + 1, '$function' FROM t RETURNING pg_current_xact_id();
+SELECT pg_current_wal_insert_lsn();
+});
+	unlike(
+		waldump($node, $start),
+		qr/tx:\s+$xid,.*desc: COMMIT/,
+		"$function: the commit record is not in pg_wal yet");
+
+	my $end = $node->safe_psql('postgres', "SELECT $function()");
+	is($node->safe_psql('postgres', "SELECT '$end'::pg_lsn >= '$commit_end'"),
+		't', "$function: the position returned covers the commit");
+	my ($ok, $dump) = waldump_upto($node, $start, $end);
+	ok($ok, "$function: pg_waldump reads pg_wal up to that position");
+	like(
+		$dump,
+		qr/tx:\s+$xid,.*desc: COMMIT/,
+		"$function: pg_waldump finds the commit record");
+}
+kill('CONT', $walwriter) or die "could not resume the WAL writer: $!";
 
 unlike(slurp_file($node->logfile),
 	qr/PANIC|TRAP:/, 'no PANIC or assertion failure in the server log');
