@@ -7,6 +7,7 @@ usage: nvwal_report.py WORKDIR OUTDIR DESCRIPTION
 """
 import collections
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -19,6 +20,18 @@ def spread(values):
     """Range of the values as a percentage of their median."""
     m = statistics.median(values)
     return 100.0 * (max(values) - min(values)) / m if m else 0.0
+
+
+def bootstrap_median_ci(values, resamples=10000, level=0.95):
+    """Percentile bootstrap interval of the median of values: how far the
+    median could move had other rounds been drawn from the same machine.
+    Seeded, so that the report is the same for the same runs."""
+    rng = random.Random(20261122)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
+                     for _ in range(resamples))
+    lo = medians[int((1 - level) / 2 * resamples)]
+    hi = medians[int((1 + level) / 2 * resamples) - 1]
+    return lo, hi
 
 
 def parse_stats(text):
@@ -82,6 +95,8 @@ def main():
             continue
         cells = "".join(f"{v:>10.3f}" if v is not None else f"{'-':>10}" for v in values)
         ranges = "".join(f"{min(w):>5.2f}-{max(w):.2f}" if w else f"{'-':>10}" for w in within)
+        cis = [bootstrap_median_ci(w) if w else None for w in within]
+        ci_cells = "".join(f"{ci[0]:>5.2f}-{ci[1]:.2f}" if ci else f"{'-':>10}" for ci in cis)
         of_medians = "".join(
             f"{tps[(a, c)] / tps[(b, c)]:>10.3f}" if (a, c) in tps and (b, c) in tps else f"{'-':>10}"
             for c in clients)
@@ -90,15 +105,23 @@ def main():
         else:
             note = f"target {'>' if strict else '>='} {target} at every client count"
             ok = all(v is not None and (v > target if strict else v >= target) for v in values)
-            verdicts.append((ok, label, values, target, strict))
+            verdicts.append((ok, label, values, target, strict, cis))
         print(f"  {label:<22}{cells}   {note}")
+        print(f"  {'  95% interval':<22}{ci_cells}")
         print(f"  {'  range over rounds':<22}{ranges}")
         print(f"  {'  ratio of medians':<22}{of_medians}")
     print(f"  {'clients':<22}" + "".join(f"{c:>10}" for c in clients))
     print()
-    for ok, label, values, target, strict in verdicts:
+    for ok, label, values, target, strict, cis in verdicts:
         shown = ", ".join(f"{c}: {v:.3f}" if v is not None else f"{c}: -" for c, v in zip(clients, values))
         print(f"  {'PASS' if ok else 'FAIL'}: {label} {'>' if strict else '>='} {target} ({shown})")
+        # Client counts where the interval straddles the target: there the
+        # verdict is the machine's noise as much as a measurement.
+        unsure = [str(c) for c, ci in zip(clients, cis) if ci and ci[0] <= target <= ci[1]]
+        if unsure:
+            print(f"        the 95% interval of the median includes {target} at {', '.join(unsure)}"
+                  f" client(s): this run cannot tell there")
+    print("  (95% interval: percentile bootstrap of the median over rounds, 10000 resamples)")
 
     commit = runs["commit"].get(1, {})
     if commit:
