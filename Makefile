@@ -9,7 +9,7 @@
 
 T := tools
 
-.PHONY: all build deps fetch apply reapply export series verify indent \
+.PHONY: all build build-autoconf deps fetch apply reapply export series verify indent \
 	indent-check vanilla bench-builds demo check check-suite check-one \
 	clean
 
@@ -42,6 +42,9 @@ verify: deps
 build: build/src/.git
 	$(T)/build patched assert
 
+build-autoconf: build/src/.git
+	$(T)/build-autoconf
+
 vanilla: deps
 	$(T)/build vanilla assert
 
@@ -68,4 +71,4 @@ check-one: build
 	$(T)/test $(SUITE) $(TEST)
 
 clean:
-	rm -rf build/meson build/install build/verify build/series build/series-src build/demo
+	rm -rf build/meson build/autoconf build/install build/verify build/series build/series-src build/demo

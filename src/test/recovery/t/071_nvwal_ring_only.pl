@@ -44,42 +44,26 @@ sub crash_node
 	return;
 }
 
+# Run pg_waldump on pg_wal with the given options; returns whether it
+# exited successfully, its output and its errors.
+sub run_waldump
+{
+	my ($node, @options) = @_;
+	my ($stdout, $stderr);
+	my $ok = IPC::Run::run(
+		[ 'pg_waldump', '--path' => $node->data_dir . '/pg_wal', @options ],
+		'>' => \$stdout,
+		'2>' => \$stderr);
+	return ($ok, $stdout, $stderr);
+}
+
 # Records pg_waldump finds in pg_wal from $start on.  It stops with an
 # error at the end of valid WAL, so its exit status does not matter.
 sub waldump
 {
 	my ($node, $start) = @_;
-	my ($stdout, $stderr);
-	IPC::Run::run(
-		[
-			'pg_waldump',
-			'--path' => $node->data_dir . '/pg_wal',
-			'--start' => $start
-		],
-		'>' => \$stdout,
-		'2>' => \$stderr);
+	my (undef, $stdout) = run_waldump($node, '--start' => $start);
 	return $stdout;
-}
-
-# Run pg_waldump on pg_wal from $start to $end; returns whether it exited
-# successfully, and its output.  Without --end it would always stop with an
-# error at the end of WAL; with it, an error means WAL before $end is
-# missing.
-sub waldump_upto
-{
-	my ($node, $start, $end) = @_;
-	my ($stdout, $stderr);
-	my $ok = IPC::Run::run(
-		[
-			'pg_waldump',
-			'--path' => $node->data_dir . '/pg_wal',
-			'--start' => $start,
-			'--end' => $end
-		],
-		'>' => \$stdout,
-		'2>' => \$stderr);
-	note "pg_waldump: $stderr" if $stderr;
-	return ($ok, $stdout);
 }
 
 my $salvage_re =
@@ -237,8 +221,11 @@ SELECT pg_current_wal_insert_lsn();
 	my $end = $node->safe_psql('postgres', "SELECT $function()");
 	is($node->safe_psql('postgres', "SELECT '$end'::pg_lsn >= '$commit_end'"),
 		't', "$function: the position returned covers the commit");
-	my ($ok, $dump) = waldump_upto($node, $start, $end);
-	ok($ok, "$function: pg_waldump reads pg_wal up to that position");
+	# With --end, pg_waldump fails if WAL before that position is missing.
+	my ($ok, $dump, $errors) =
+	  run_waldump($node, '--start' => $start, '--end' => $end);
+	ok($ok, "$function: pg_waldump reads pg_wal up to that position")
+	  or diag("pg_waldump: $errors");
 	like(
 		$dump,
 		qr/tx:\s+$xid,.*desc: COMMIT/,
