@@ -9,7 +9,7 @@
 
 T := tools
 
-.PHONY: all build build-autoconf deps fetch apply reapply export series verify indent \
+.PHONY: all build build-autoconf test-autoconf deps fetch apply reapply export series verify indent \
 	indent-check vanilla bench-builds demo check check-suite check-one \
 	clean
 
@@ -44,6 +44,9 @@ build: build/src/.git
 
 build-autoconf: build/src/.git
 	$(T)/build-autoconf
+
+test-autoconf: build-autoconf
+	$(T)/test-autoconf
 
 vanilla: deps
 	$(T)/build vanilla assert

@@ -89,7 +89,8 @@ VACUUM t2;
 
 # Count on the primary before the standbys start: a scan may prune pages, and
 # the WAL for that must be replayed too before the standbys are compared.
-my $primary_count = $primary->safe_psql('postgres', 'SELECT count(*) FROM t1');
+my $primary_count =
+  $primary->safe_psql('postgres', 'SELECT count(*) FROM t1');
 
 foreach my $name (sort keys %variants)
 {
@@ -126,9 +127,8 @@ sub dumpall
 {
 	my ($node) = @_;
 	my ($stdout, $stderr);
-	my $ok = IPC::Run::run [
-		'pg_dumpall', '-h', $node->host, '-p', $node->port
-	  ],
+	my $ok =
+	  IPC::Run::run [ 'pg_dumpall', '-h', $node->host, '-p', $node->port ],
 	  '>' => \$stdout,
 	  '2>' => \$stderr;
 	ok($ok, $node->name . ': pg_dumpall succeeded') or diag $stderr;
@@ -141,8 +141,8 @@ sub dumpall
 my $ref = $standby{off};
 my $ref_dump = dumpall($ref);
 my $ref_blocks = $ref->safe_psql('postgres', $blocks_query);
-cmp_ok(scalar(split /\n/, $ref_blocks), '>', 500,
-	'the reference standby has many blocks to compare');
+cmp_ok(scalar(split /\n/, $ref_blocks),
+	'>', 500, 'the reference standby has many blocks to compare');
 is($ref->safe_psql('postgres', 'SELECT count(*) FROM t1'),
 	$primary_count, 'the reference standby has replayed everything');
 
@@ -150,7 +150,8 @@ foreach my $name (grep { $_ ne 'off' } sort keys %variants)
 {
 	my $node = $standby{$name};
 
-	is(dumpall($node), $ref_dump, "$name: same pg_dumpall as without prefetch");
+	is(dumpall($node), $ref_dump,
+		"$name: same pg_dumpall as without prefetch");
 	is($node->safe_psql('postgres', $blocks_query),
 		$ref_blocks, "$name: same block contents as without prefetch");
 

@@ -62,7 +62,8 @@ INSERT INTO t SELECT g, $round, 'late' FROM generate_series(20000 + $round * 100
 });
 	}
 	my $expected = $node->safe_psql('postgres',
-		q{SELECT count(*), sum(val), md5(string_agg(id || ':' || val || pad, ',' ORDER BY id)) FROM t});
+		q{SELECT count(*), sum(val), md5(string_agg(id || ':' || val || pad, ',' ORDER BY id)) FROM t}
+	);
 	my $ledger = $node->safe_psql('postgres',
 		'SELECT count(*), sum(amount) FROM ledger');
 	is($ledger, '1500|375750', "$name: ledger complete before the crash");
@@ -77,18 +78,23 @@ INSERT INTO t SELECT g, $round, 'late' FROM generate_series(20000 + $round * 100
 		),
 		$expected,
 		"$name: table contents intact after crash recovery");
-	is($node->safe_psql('postgres', 'SELECT count(*), sum(amount) FROM ledger'),
-		$ledger, "$name: every committed ledger row survived");
+	is( $node->safe_psql(
+			'postgres', 'SELECT count(*), sum(amount) FROM ledger'),
+		$ledger,
+		"$name: every committed ledger row survived");
 
 	$node->command_ok(
 		[
-			'pg_amcheck', '--heapallindexed', '--parent-check',
-			'-h', $node->host, '-p', $node->port, 'postgres'
+			'pg_amcheck', '--heapallindexed',
+			'--parent-check', '-h',
+			$node->host, '-p',
+			$node->port, 'postgres'
 		],
 		"$name: pg_amcheck finds no corruption");
 
 	my ($method, $reads, $blocks_read, $reads_cached) = split /\|/,
-	  $node->safe_psql('postgres',
+	  $node->safe_psql(
+		'postgres',
 		'SELECT method, reads, blocks_read, reads_cached FROM pg_stat_recovery_prefetch'
 	  );
 	is($method, 'read', "$name: crash recovery prefetched with reads");

@@ -21,9 +21,11 @@ max_wal_size = 1GB
 autovacuum = off
 });
 $primary->start;
-$primary->safe_psql('postgres',
+$primary->safe_psql(
+	'postgres',
 	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
-	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 50000) g;});
+	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 50000) g;}
+);
 $primary->backup('backup');
 
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -59,12 +61,12 @@ make_backlog();
 $standby->start;
 wait_for_reads($standby);
 $standby->stop('fast');
-ok($standby->log_contains('database system is shut down'),
+ok( $standby->log_contains('database system is shut down'),
 	'fast shutdown while catching up completed');
 
 make_backlog();
-my $expected = $primary->safe_psql('postgres',
-	'SELECT count(*), sum(val) FROM t');
+my $expected =
+  $primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t');
 $standby->start;
 wait_for_reads($standby);
 

@@ -19,9 +19,11 @@ full_page_writes = off
 autovacuum = off
 });
 $primary->start;
-$primary->safe_psql('postgres',
+$primary->safe_psql(
+	'postgres',
 	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
-	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 30000) g;});
+	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 30000) g;}
+);
 $primary->backup('backup');
 
 my $standby = PostgreSQL::Test::Cluster->new('standby');
@@ -71,21 +73,24 @@ my $lsn1 = write_and_archive(1);
 $standby->start;
 wait_for_replay($lsn1);
 my $reads1 = reads();
-cmp_ok($reads1, '>', 0, 'prefetch reads during the first part of the archive');
+cmp_ok($reads1, '>', 0,
+	'prefetch reads during the first part of the archive');
 
 # The look-ahead is now at the end of the archive.  Let restore_command fail
 # a few times before the rest arrives.
 $standby->poll_query_until('postgres',
-	q{SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'RecoveryRetrieveRetryInterval'})
-  or die 'timed out waiting for the standby to wait for WAL';
+	q{SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'RecoveryRetrieveRetryInterval'}
+) or die 'timed out waiting for the standby to wait for WAL';
 
 my $lsn2 = write_and_archive(2);
 wait_for_replay($lsn2);
 my $reads2 = reads();
 cmp_ok($reads2, '>', $reads1,
 	'prefetching went on after the look-ahead met missing WAL');
-is( $standby->safe_psql('postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
-	'read', 'still prefetching with reads');
+is( $standby->safe_psql(
+		'postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
+	'read',
+	'still prefetching with reads');
 is( $standby->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
 	$primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
 	'the standby restored everything from the archive');

@@ -219,8 +219,10 @@ SELECT pg_current_wal_insert_lsn();
 		"$function: the commit record is not in pg_wal yet");
 
 	my $end = $node->safe_psql('postgres', "SELECT $function()");
-	is($node->safe_psql('postgres', "SELECT '$end'::pg_lsn >= '$commit_end'"),
-		't', "$function: the position returned covers the commit");
+	is( $node->safe_psql(
+			'postgres', "SELECT '$end'::pg_lsn >= '$commit_end'"),
+		't',
+		"$function: the position returned covers the commit");
 	# With --end, pg_waldump fails if WAL before that position is missing.
 	my ($ok, $dump, $errors) =
 	  run_waldump($node, '--start' => $start, '--end' => $end);

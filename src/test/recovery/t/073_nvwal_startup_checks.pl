@@ -78,7 +78,8 @@ sub commit_row
 sub check_rows
 {
 	my ($n, $what) = @_;
-	is( $n->safe_psql('postgres', 'SELECT string_agg(tag, \',\' ORDER BY n) FROM t'),
+	is( $n->safe_psql(
+			'postgres', 'SELECT string_agg(tag, \',\' ORDER BY n) FROM t'),
 		join(',', @committed),
 		"$what: every committed row is present");
 	return;
@@ -105,13 +106,15 @@ sub crash_after_ring_only_commit
 
 	# Immediate shutdown, and the stopped WAL writer is killed so that it
 	# never runs again (the postmaster would do that only after seconds).
-	my $pm_pid = (split /\n/, slurp_file($n->data_dir . '/postmaster.pid'))[0];
+	my $pm_pid =
+	  (split /\n/, slurp_file($n->data_dir . '/postmaster.pid'))[0];
 	kill 'QUIT', $pm_pid;
 	kill 'KILL', $walwriter;
 	$n->stop('immediate', fail_ok => 1);
-	ok(!-e $n->data_dir . '/postmaster.pid',
+	ok( !-e $n->data_dir . '/postmaster.pid',
 		"$tag: server is down after the crash");
-	is(nvwal_control($n), "yes $ring_bytes",
+	is( nvwal_control($n),
+		"yes $ring_bytes",
 		"$tag: pg_control names the NVWAL file after the crash");
 	return $flush_lsn;
 }
@@ -126,8 +129,9 @@ sub check_salvage
 	  m{wrote WAL from ([0-9A-F]+/[0-9A-F]+) to ([0-9A-F]+/[0-9A-F]+) on timeline \d+ from non-volatile WAL buffer file "[^"]*" to pg_wal};
 	ok(defined $to, "$what: start-up wrote the ring's tail to pg_wal");
 	$from //= '0/0';
-	$to //= '0/0';
-	is( $n->safe_psql('postgres',
+	$to   //= '0/0';
+	is( $n->safe_psql(
+			'postgres',
 			"SELECT '$from'::pg_lsn < '$flush_lsn'::pg_lsn AND '$to'::pg_lsn >= '$flush_lsn'::pg_lsn"
 		),
 		't',
@@ -135,8 +139,10 @@ sub check_salvage
 	);
 	# Only the tail since the WAL writer's last write needs writing, not the
 	# rest of the ring, whose pages are initialized ahead of use.
-	cmp_ok($n->safe_psql('postgres', "SELECT '$to'::pg_lsn - '$from'::pg_lsn"),
-		'<', $ring_bytes / 4,
+	cmp_ok(
+		$n->safe_psql('postgres', "SELECT '$to'::pg_lsn - '$from'::pg_lsn"),
+		'<',
+		$ring_bytes / 4,
 		"$what: start-up wrote only the tail of the ring to pg_wal");
 	return;
 }
@@ -150,15 +156,18 @@ sub start_fails
 	my $started = $n->start(fail_ok => 1);
 	ok(!$started, "$what: server refuses to start");
 	$n->stop if $started;
-	like(slurp_file($n->logfile, $offset),
-		qr/FATAL:  $pattern/, "$what: the refusal says why");
+	like(
+		slurp_file($n->logfile, $offset),
+		qr/FATAL:  $pattern/,
+		"$what: the refusal says why");
 	return $offset;
 }
 
 # First start creates the file.
 $node->start;
 ok(-f $nvwal_file, 'NVWAL file created in the data directory');
-is(-s $nvwal_file, $ring_bytes + 8192,
+is( -s $nvwal_file,
+	$ring_bytes + 8192,
 	'NVWAL file holds a one-block header and a 32MB ring');
 $node->safe_psql('postgres',
 	'CREATE TABLE t (n serial PRIMARY KEY, tag text UNIQUE)');
@@ -168,7 +177,8 @@ is( $node->safe_psql(
 		'SELECT path, size, is_pmem, flushes > 0 FROM pg_stat_nvwal'),
 	"nvwal|$ring_bytes|t|t",
 	'pg_stat_nvwal shows the file, its ring size, and commit flushes');
-is(nvwal_control($node), "yes $ring_bytes",
+is( nvwal_control($node),
+	"yes $ring_bytes",
 	'pg_control names the NVWAL file while the server runs');
 
 $node->stop;
@@ -179,7 +189,8 @@ is(nvwal_control($node), 'no 0',
 foreach my $bad ('24MB', '16MB')
 {
 	$node->adjust_conf('postgresql.conf', 'nvwal_size', $bad);
-	start_fails($node,
+	start_fails(
+		$node,
 		qr/"nvwal_size" must be a multiple of the WAL segment size and at least two segments/,
 		"nvwal_size = $bad");
 }
@@ -190,10 +201,12 @@ check_rows($node, 'valid nvwal_size again');
 # (b) A crash, then nvwal_path unset.
 my $flush_lsn = crash_after_ring_only_commit($node, 'crash-b');
 $node->adjust_conf('postgresql.conf', 'nvwal_path', "''");
-my $offset = start_fails($node,
+my $offset = start_fails(
+	$node,
 	qr/the server did not shut down cleanly while using a non-volatile WAL buffer, but "nvwal_path" is not set/,
 	'crash, then no nvwal_path');
-like(slurp_file($node->logfile, $offset),
+like(
+	slurp_file($node->logfile, $offset),
 	qr/HINT:  .*"nvwal_size" to 32MB/,
 	'crash, then no nvwal_path: the hint names the size to set');
 $node->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
@@ -201,21 +214,24 @@ $offset = -s $node->logfile;
 $node->start;
 check_salvage($node, $offset, $flush_lsn, 'nvwal_path set again');
 check_rows($node, 'nvwal_path set again');
-is(nvwal_control($node), "yes $ring_bytes",
+is( nvwal_control($node),
+	"yes $ring_bytes",
 	'pg_control names the file again once the server writes to it');
 
 # (c) A crash, then the file is gone.  The server must not create a new one,
 # and pointing nvwal_path to where the file went must work, as the hint says.
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-c');
 rename($nvwal_file, "$datadir/nvwal.moved") or die "rename: $!";
-$offset = start_fails($node,
+$offset = start_fails(
+	$node,
 	qr/non-volatile WAL buffer file "nvwal" does not exist/,
 	'crash, then file missing');
 ok(!-e $nvwal_file, 'crash, then file missing: no new file created');
 $node->adjust_conf('postgresql.conf', 'nvwal_path', "'$datadir/nvwal.moved'");
 $offset = -s $node->logfile;
 $node->start;
-check_salvage($node, $offset, $flush_lsn, 'nvwal_path pointed to the moved file');
+check_salvage($node, $offset, $flush_lsn,
+	'nvwal_path pointed to the moved file');
 check_rows($node, 'nvwal_path pointed to the moved file');
 is($node->safe_psql('postgres', 'SELECT path FROM pg_stat_nvwal'),
 	"$datadir/nvwal.moved", 'pg_stat_nvwal shows the moved file');
@@ -227,13 +243,16 @@ $node->start;
 # (d) A crash, then another ring size.  The file must be left as it is.
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-d');
 $node->adjust_conf('postgresql.conf', 'nvwal_size', '64MB');
-$offset = start_fails($node,
+$offset = start_fails(
+	$node,
 	qr/non-volatile WAL buffer file "nvwal" has a ring of $ring_bytes bytes and a size of @{[$ring_bytes + 8192]} bytes, but "nvwal_size" asks for @{[2 * $ring_bytes]} bytes/,
 	'crash, then nvwal_size changed');
-like(slurp_file($node->logfile, $offset),
+like(
+	slurp_file($node->logfile, $offset),
 	qr/HINT:  Set "nvwal_size" to 32MB/,
 	'crash, then nvwal_size changed: the hint names the size to set');
-is(-s $nvwal_file, $ring_bytes + 8192,
+is( -s $nvwal_file,
+	$ring_bytes + 8192,
 	'crash, then nvwal_size changed: file left untouched');
 $node->adjust_conf('postgresql.conf', 'nvwal_size', '32MB');
 $offset = -s $node->logfile;
@@ -263,7 +282,8 @@ check_rows($node, 'clean shutdown, then nvwal_size changed');
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-e');
 rename($nvwal_file, "$datadir/nvwal.current") or die "rename: $!";
 rename("$datadir/nvwal.old", $nvwal_file) or die "rename: $!";
-start_fails($node,
+start_fails(
+	$node,
 	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
 	'crash, then an older file of this cluster in place');
 # Keep a copy of the crashed file for the second case of (i) below.
@@ -286,7 +306,8 @@ $flush_lsn = crash_after_ring_only_commit($node, 'crash-i');
 my $copy = PostgreSQL::Test::Cluster->new('copy');
 $copy->init_from_backup($node, 'bk', standby => 0);
 $copy->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
-start_fails($copy,
+start_fails(
+	$copy,
 	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" holds WAL of a server that did not shut down cleanly/,
 	'backup copy pointed to the crashed primary\'s file');
 $copy->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
@@ -309,7 +330,8 @@ check_rows($node, 'primary after the copy was refused');
 $node->stop;
 rename($nvwal_file, "$datadir/nvwal.current") or die "rename: $!";
 rename("$datadir/nvwal.crashed", $nvwal_file) or die "rename: $!";
-start_fails($node,
+start_fails(
+	$node,
 	qr/non-volatile WAL buffer file "nvwal" holds WAL of a server that did not shut down cleanly/,
 	'clean shutdown, then an old unclean copy of the file in place');
 unlink($nvwal_file) or die "unlink: $!";
@@ -321,16 +343,20 @@ check_rows($node, 'own file restored after the old unclean copy');
 # template share the system identifier.
 my $other = PostgreSQL::Test::Cluster->new('other');
 $other->init(force_initdb => 1);
-isnt(system_identifier($other), system_identifier($node),
+isnt(
+	system_identifier($other),
+	system_identifier($node),
 	'the other cluster has a system identifier of its own');
-$other->append_conf('postgresql.conf', "nvwal_path = 'nvwal'\nnvwal_size = 32MB\n");
+$other->append_conf('postgresql.conf',
+	"nvwal_path = 'nvwal'\nnvwal_size = 32MB\n");
 $other->start;
 $other->safe_psql('postgres', 'CREATE TABLE o AS SELECT 42 AS v');
 
 # (h) Two running servers with the same file.
 $other->stop;
 $other->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
-start_fails($other,
+start_fails(
+	$other,
 	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" is in use by another server/,
 	'second server on a file in use');
 commit_row($node, 'while-other-refused');
@@ -339,7 +365,8 @@ check_rows($node, 'first server after the second was refused');
 # (f) The same file while its server is stopped (cleanly): it belongs to
 # another database system.
 $node->stop;
-start_fails($other,
+start_fails(
+	$other,
 	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" belongs to another database system/,
 	'file of another cluster, other server stopped');
 $other->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
@@ -353,7 +380,8 @@ $node->start;
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-f');
 rename($nvwal_file, "$datadir/nvwal.mine") or die "rename: $!";
 copy($other->data_dir . '/nvwal', $nvwal_file) or die "copy: $!";
-start_fails($node,
+start_fails(
+	$node,
 	qr/non-volatile WAL buffer file "nvwal" belongs to another database system/,
 	'crash, then the file of another cluster in place');
 unlink($nvwal_file) or die "unlink: $!";
@@ -368,12 +396,14 @@ check_rows($node, 'own file restored after the other cluster\'s');
 # must not overwrite them.
 $node->stop;
 rename($nvwal_file, "$datadir/nvwal.mine") or die "rename: $!";
-foreach my $case ([ 'zeros', "\0" x (1024 * 1024) ],
+foreach my $case (
+	[ 'zeros', "\0" x (1024 * 1024) ],
 	[ 'text', "this is not a WAL buffer\n" ])
 {
 	my ($name, $content) = @$case;
 	append_to_file($nvwal_file, $content);
-	start_fails($node,
+	start_fails(
+		$node,
 		qr/file "nvwal" is not a non-volatile WAL buffer file/,
 		"a file of $name at nvwal_path");
 	ok(slurp_file($nvwal_file) eq $content,
@@ -391,7 +421,8 @@ $node->start;
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
 	'0', 'pg_stat_nvwal has no row with NVWAL off');
 check_rows($node, 'clean shutdown, then NVWAL off');
-is(nvwal_control($node), 'no 0', 'pg_control names no NVWAL file with NVWAL off');
+is(nvwal_control($node), 'no 0',
+	'pg_control names no NVWAL file with NVWAL off');
 
 # Without NVWAL, a crash is an ordinary crash.
 commit_row($node, 'off-crash');
@@ -406,7 +437,7 @@ $offset = -s $node->logfile;
 $node->start;
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
 	'1', 'pg_stat_nvwal has one row with NVWAL on again');
-ok(!$node->log_contains(qr/replacing non-volatile WAL buffer file/, $offset),
+ok( !$node->log_contains(qr/replacing non-volatile WAL buffer file/, $offset),
 	'NVWAL on again: the clean file of the right size is reused');
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-on-again');
 $offset = -s $node->logfile;
@@ -418,7 +449,8 @@ $node->stop;
 # No server hit an assertion failure or a PANIC along the way.
 foreach my $n ($node, $copy, $other)
 {
-	unlike(slurp_file($n->logfile), qr/TRAP:|PANIC:/,
+	unlike(slurp_file($n->logfile),
+		qr/TRAP:|PANIC:/,
 		$n->name . ': no assertion failure or PANIC in the server log');
 }
 

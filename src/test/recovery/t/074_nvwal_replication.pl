@@ -62,10 +62,11 @@ ok(!-e "$backup_path/nvwal",
 my $standby = PostgreSQL::Test::Cluster->new('standby');
 $standby->init_from_backup($primary, 'before', has_streaming => 1);
 $standby->start;
-ok(-f $standby->data_dir . '/nvwal',
-	'standby created its own NVWAL file');
-is($standby->safe_psql('postgres', 'SELECT path, is_pmem FROM pg_stat_nvwal'),
-	'nvwal|t', 'standby uses its own NVWAL file');
+ok(-f $standby->data_dir . '/nvwal', 'standby created its own NVWAL file');
+is( $standby->safe_psql(
+		'postgres', 'SELECT path, is_pmem FROM pg_stat_nvwal'),
+	'nvwal|t',
+	'standby uses its own NVWAL file');
 
 # A logical subscriber, without NVWAL.
 my $subscriber = PostgreSQL::Test::Cluster->new('subscriber');
@@ -116,7 +117,8 @@ $primary->pgbench(
 $primary->safe_psql('postgres',
 	q{INSERT INTO ledger (acct, amount, note) SELECT g % 100 + 1, 0, repeat('b', 200) FROM generate_series(1, 60000) g}
 );
-cmp_ok($primary->safe_psql('postgres', 'SELECT written_back FROM pg_stat_nvwal'),
+cmp_ok(
+	$primary->safe_psql('postgres', 'SELECT written_back FROM pg_stat_nvwal'),
 	'>', $ring_bytes, 'the workload went around the ring');
 
 # Commits that are durable only in the ring: the WAL writer is stopped, so
@@ -140,9 +142,11 @@ ok(kill('STOP', $walwriter), 'primary\'s WAL writer stopped');
 my ($stdout, $stderr, $timed_out);
 my $ret = $primary->psql(
 	'postgres',
-	join('',
-		map { "INSERT INTO ledger (acct, amount, note) VALUES ($_, 0, 'ring-only');\n" }
-		  1 .. 20),
+	join(
+		'',
+		map {
+			"INSERT INTO ledger (acct, amount, note) VALUES ($_, 0, 'ring-only');\n"
+		} 1 .. 20),
 	stdout => \$stdout,
 	stderr => \$stderr,
 	timeout => $PostgreSQL::Test::Utils::timeout_default,
@@ -254,7 +258,9 @@ is($standby->safe_psql('postgres', $query_ledger),
 is($standby->safe_psql('postgres', $query_accounts),
 	$accounts, 'standby: accounts equal the primary\'s');
 my $primary_dump = dump_node($primary, 'primary.dump');
-compare_files($primary_dump, dump_node($standby, 'standby.dump'),
+compare_files(
+	$primary_dump,
+	dump_node($standby, 'standby.dump'),
 	'standby: dump equals the primary\'s');
 
 # The subscriber.
@@ -272,14 +278,18 @@ $primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
 $primary->poll_query_until('postgres',
 	"SELECT last_archived_wal >= '$last_segment' FROM pg_stat_archiver")
   or die "timed out waiting for $last_segment to be archived";
-is($primary->safe_psql('postgres', 'SELECT failed_count FROM pg_stat_archiver'),
-	'0', 'archiver never failed');
+is( $primary->safe_psql(
+		'postgres', 'SELECT failed_count FROM pg_stat_archiver'),
+	'0',
+	'archiver never failed');
 
 my $restored = PostgreSQL::Test::Cluster->new('restored');
-$restored->init_from_backup($primary, 'before',
+$restored->init_from_backup(
+	$primary, 'before',
 	has_restoring => 1,
 	standby => 0);
-$restored->append_conf('postgresql.conf', "nvwal_path = ''\narchive_mode = off\n");
+$restored->append_conf('postgresql.conf',
+	"nvwal_path = ''\narchive_mode = off\n");
 $restored->start;
 $restored->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'archive recovery did not finish';
@@ -290,13 +300,14 @@ is($restored->safe_psql('postgres', $query_ledger),
 	$ledger, 'restored from archive: ledger equals the primary\'s');
 is($restored->safe_psql('postgres', $query_accounts),
 	$accounts, 'restored from archive: accounts equal the primary\'s');
-compare_files($primary_dump, dump_node($restored, 'restored.dump'),
+compare_files(
+	$primary_dump,
+	dump_node($restored, 'restored.dump'),
 	'restored from archive: dump equals the primary\'s');
 
 # Nodes made from a backup of the NVWAL primary never used its file: they
 # must restart on their own.  The restored node runs without NVWAL.
-$restored->safe_psql('postgres',
-	q{INSERT INTO extra VALUES (-1)});
+$restored->safe_psql('postgres', q{INSERT INTO extra VALUES (-1)});
 $restored->stop('immediate');
 if (ok( $restored->start(fail_ok => 1),
 		'restored node without NVWAL restarts after a crash'))
@@ -325,7 +336,8 @@ if (ok($standby->start(fail_ok => 1), 'standby restarts after a crash'))
 else
 {
 	# Let the primary commit without its synchronous standby.
-	$primary->adjust_conf('postgresql.conf', 'synchronous_standby_names', "''");
+	$primary->adjust_conf('postgresql.conf', 'synchronous_standby_names',
+		"''");
 	$primary->reload;
 }
 
@@ -336,7 +348,8 @@ $primary->stop;
 # No server hit an assertion failure or a PANIC along the way.
 foreach my $node ($primary, $standby, $subscriber, $restored)
 {
-	unlike(slurp_file($node->logfile), qr/TRAP:|PANIC:/,
+	unlike(slurp_file($node->logfile),
+		qr/TRAP:|PANIC:/,
 		$node->name . ': no assertion failure or PANIC in the server log');
 }
 

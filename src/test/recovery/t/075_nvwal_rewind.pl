@@ -68,7 +68,9 @@ sub rewind
 		$stderr,
 		qr/entry "nvwal" is the source's NVWAL file, not copied/,
 		"$name: pg_rewind recognizes the source's NVWAL file");
-	unlike($stderr, qr/^pg_rewind: nvwal \(COPY\)$/m,
+	unlike(
+		$stderr,
+		qr/^pg_rewind: nvwal \(COPY\)$/m,
 		"$name: pg_rewind does not copy the source's NVWAL file");
 	move($keep, $conf) or die "could not restore $conf: $!";
 	$target->enable_streaming($leader);
@@ -100,7 +102,8 @@ $standby2->init_from_backup($primary, 'b', has_streaming => 1);
 $standby2->append_conf('postgresql.conf', "nvwal_path = ''");
 $standby2->start;
 
-$primary->safe_psql('postgres', 'INSERT INTO t SELECT generate_series(1, 100)');
+$primary->safe_psql('postgres',
+	'INSERT INTO t SELECT generate_series(1, 100)');
 $primary->wait_for_replay_catchup($standby1);
 $primary->wait_for_replay_catchup($standby2);
 
@@ -108,29 +111,34 @@ $primary->wait_for_replay_catchup($standby2);
 # standby2 follows it.
 $standby1->promote;
 $standby1->safe_psql('postgres', 'INSERT INTO t VALUES (-1)');
-$primary->safe_psql('postgres', 'INSERT INTO t SELECT generate_series(1, 50)');
+$primary->safe_psql('postgres',
+	'INSERT INTO t SELECT generate_series(1, 50)');
 $primary->wait_for_replay_catchup($standby2);
 $primary->stop;
 $standby2->stop;
 
 my $primary_id = nvwal_file_id($primary);
 isnt($primary_id, 'none', 'the old primary has an NVWAL file');
-isnt(nvwal_file_id($standby1), $primary_id,
-	'the new primary has an NVWAL file of its own');
+isnt(nvwal_file_id($standby1),
+	$primary_id, 'the new primary has an NVWAL file of its own');
 is(nvwal_file_id($standby2), 'none', 'standby2 has no NVWAL file');
 
 # The old primary from the running new primary.
-rewind($primary, $standby1, 'source server',
+rewind(
+	$primary, $standby1,
+	'source server',
 	'--source-server' => $standby1->connstr('postgres'));
 is(nvwal_file_id($primary), $primary_id,
 	'the old primary kept its own NVWAL file');
 
 # standby2 from the new primary's data directory, stopped cleanly.
 $standby1->stop;
-rewind($standby2, $standby1, 'source data directory',
+rewind(
+	$standby2, $standby1,
+	'source data directory',
 	'--source-pgdata' => $standby1->data_dir);
-is(nvwal_file_id($standby2), 'none',
-	'standby2 did not get the new primary\'s NVWAL file');
+is(nvwal_file_id($standby2),
+	'none', 'standby2 did not get the new primary\'s NVWAL file');
 
 # Both follow the new primary and have its data.
 $standby1->start;
