@@ -1,0 +1,119 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# A hot standby query waits for a read that the startup process completes
+# itself.
+#
+# In read mode, the startup process first tries a read with
+# preadv2(RWF_NOWAIT) and completes it at once when the page cache holds the
+# data.  Meanwhile the buffer is marked as being read, and a query needing
+# the block waits for that IO.  It must wait on the IO's condition variable:
+# under io_method = io_uring, waiting in the startup process's ring would
+# wait for a completion that never comes.  An injection point holds the
+# startup process between the start and the completion of such a read.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+if ($ENV{enable_injection_points} ne 'yes')
+{
+	plan skip_all => 'Injection points not supported by this build';
+}
+
+my @io_methods = ('worker');
+push @io_methods, 'io_uring' if check_pg_config('#define USE_LIBURING 1');
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+# Without full-page images, redo reads the block the update changes.
+$primary->append_conf(
+	'postgresql.conf', qq{
+full_page_writes = off
+autovacuum = off
+});
+$primary->start;
+if (!$primary->check_extension('injection_points'))
+{
+	plan skip_all => 'Extension injection_points not installed';
+}
+$primary->safe_psql(
+	'postgres', q{
+CREATE EXTENSION injection_points;
+CREATE EXTENSION pg_buffercache;
+CREATE EXTENSION pg_prewarm;
+CREATE TABLE t (id int, val int);
+INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g;
+});
+$primary->backup('backup');
+
+my $point = 'aio-inline-read-before-completion';
+my $round = 0;
+foreach my $io_method (@io_methods)
+{
+	my $standby = PostgreSQL::Test::Cluster->new("standby_$io_method");
+	$standby->init_from_backup($primary, 'backup', has_streaming => 1);
+	$standby->append_conf(
+		'postgresql.conf', qq{
+recovery_prefetch = on
+recovery_prefetch_method = read
+io_method = $io_method
+});
+	$standby->start;
+	$primary->wait_for_replay_catchup($standby);
+
+	# Read t's only block, so that the kernel caches it, then evict it from
+	# shared buffers: redo of the next update reads it again, at once.
+	$standby->safe_psql('postgres', 'SELECT count(*) FROM t');
+	$standby->safe_psql('postgres',
+		"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
+	$standby->safe_psql('postgres',
+		"SELECT injection_points_attach('$point', 'wait')");
+
+	$round++;
+	$primary->safe_psql('postgres', "UPDATE t SET val = $round WHERE id = 1");
+	$standby->wait_for_event('startup', $point);
+
+	# The first such read need not be t's: on-access pruning of a catalog
+	# page on the primary, say, comes first.  Whichever it is, a query reads
+	# the same block.
+	my ($rel, $block) = split /\|/, $standby->safe_psql(
+		'postgres', q{
+SELECT pg_filenode_relation(0, substring(target_desc from '/(\d+)"$')::oid),
+       substring(target_desc from '^blocks? (\d+)')
+FROM pg_aios
+WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
+});
+	ok(defined $block, "$io_method: the startup process is reading a block");
+	my $query = $standby->background_psql('postgres');
+	$query->query_until(
+		qr/start/, qq{
+\\echo start
+SELECT pg_prewarm('$rel', 'buffer', 'main', $block, $block);
+});
+	$standby->wait_for_event('client backend', 'AioIoCompletion');
+	pass(
+		"$io_method: the query waits for the read on its condition variable");
+
+	$standby->safe_psql('postgres',
+		"SELECT injection_points_detach('$point')");
+	$standby->safe_psql('postgres',
+		"SELECT injection_points_wakeup('$point')");
+	is($query->query_safe("SELECT 'done'"),
+		"1\ndone", "$io_method: the query completed after the read");
+	$query->quit;
+
+	# Redo goes on.
+	$primary->wait_for_replay_catchup($standby);
+	is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
+		$round, "$io_method: redo replayed the update");
+	cmp_ok(
+		$standby->safe_psql(
+			'postgres', 'SELECT reads_cached FROM pg_stat_recovery_prefetch'),
+		'>', 0,
+		"$io_method: the read was completed from the page cache");
+	$standby->stop;
+}
+
+done_testing();
