@@ -87,6 +87,20 @@ prepare_test_user() {
 	done
 }
 
+# Let the test user write in these trees (tests write next to their
+# sources, make check into the build directory) without taking ownership of
+# them from root.
+let_test_user_write() {
+	[ "$(id -un)" = "$TEST_USER" ] && return 0
+	setfacl -R -m "u:$TEST_USER:rwX" -m "d:u:$TEST_USER:rwX" "$@"
+}
+
+# PostgreSQL's make as a top-level make, wherever it is called from (make
+# check runs the tools from make): its makefiles build the generated headers
+# and tmp_install only when MAKELEVEL is 0.  A command, so that it can run
+# as the test user too.
+MAKE_TOPLEVEL=(env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS make)
+
 # Run a command as the test user (or as ourselves when we are that user).
 as_test_user() {
 	if [ "$(id -un)" = "$TEST_USER" ]; then
