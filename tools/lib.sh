@@ -101,6 +101,21 @@ let_test_user_write() {
 # as the test user too.
 MAKE_TOPLEVEL=(env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS make)
 
+# record_failures NAME STATUS DIGEST-COMMAND...: after a test run, keep
+# the digest of its failures in $BUILD/failures/NAME (tools/tap-digest
+# prints one), or remove what an earlier run left there when STATUS is 0.
+# tools/check prints these files last, where CI's excerpt of the output
+# shows them.
+record_failures() {
+	local name=$1 status=$2
+	shift 2
+	mkdir -p "$BUILD/failures"
+	rm -f "$BUILD/failures/$name"
+	[ "$status" -eq 0 ] && return 0
+	"$@" >"$BUILD/failures/$name" 2>&1 || true
+	cat "$BUILD/failures/$name" >&2
+}
+
 # Run a command as the test user (or as ourselves when we are that user).
 as_test_user() {
 	if [ "$(id -un)" = "$TEST_USER" ]; then

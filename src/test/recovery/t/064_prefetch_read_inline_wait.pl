@@ -77,13 +77,17 @@ io_method = $io_method
 
 	# The first such read need not be t's: on-access pruning of a catalog
 	# page on the primary, say, comes first.  Whichever it is, a query reads
-	# the same block.
+	# the same block.  The read held at the injection point is the one
+	# marked synchronous; the look-ahead may have other reads in flight.
 	my ($rel, $block) = split /\|/, $standby->safe_psql(
 		'postgres', q{
-SELECT pg_filenode_relation(0, substring(target_desc from '/(\d+)"$')::oid),
+SELECT pg_filenode_relation(
+         CASE WHEN target_desc LIKE '%"global/%' THEN 1664 ELSE 0 END,
+         substring(target_desc from '/(\d+)"$')::oid),
        substring(target_desc from '^blocks? (\d+)')
 FROM pg_aios
 WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
+  AND f_sync
 });
 	ok(defined $block, "$io_method: the startup process is reading a block");
 	my $query = $standby->background_psql('postgres');

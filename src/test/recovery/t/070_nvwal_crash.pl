@@ -19,6 +19,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use NVWAL::Utils;
 use Time::HiRes qw(usleep);
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
@@ -39,17 +42,6 @@ my $rounds = 20;
 my $nclients = 3;
 my $inserts_per_script = 50000;
 
-# Process state letter and parent pid, from /proc; empty if it is gone.
-sub proc_state
-{
-	my ($pid) = @_;
-	open(my $fh, '<', "/proc/$pid/stat") or return ();
-	my $line = <$fh>;
-	close($fh);
-	return () unless defined $line && $line =~ /^\d+ \(.*\) (\S) (\d+) /s;
-	return ($1, $2);
-}
-
 sub child_pids
 {
 	my ($parent) = @_;
@@ -62,22 +54,6 @@ sub child_pids
 	}
 	closedir($dh);
 	return @pids;
-}
-
-# Wait until a process is in one of the given states, or gone if $gone_ok.
-sub wait_for_proc_state
-{
-	my ($pid, $states, $gone_ok) = @_;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	while (1)
-	{
-		my ($state) = proc_state($pid);
-		return if !defined $state && $gone_ok;
-		return if defined $state && $state =~ $states;
-		die "process $pid did not reach state $states"
-		  if time() > $deadline;
-		usleep(5_000);
-	}
 }
 
 # Kill the postmaster and all of its children with SIGKILL, like a power
@@ -190,10 +166,13 @@ foreach my $round (1 .. $rounds)
 		  };
 	}
 
-	# Crash at a random moment once every client is committing.
+	# Crash at a random moment once every client is committing, and once
+	# the rounds so far have written enough WAL to go around the ring
+	# several times by the end, however slow the machine.
 	$node->poll_query_until('postgres',
 		"SELECT count(DISTINCT client) = $nclients FROM ledger WHERE round = $round"
-	) or die "clients did not start committing in round $round";
+		  . " AND pg_current_wal_insert_lsn() - '$lsn_start' >= $round * 512 * 1024"
+	) or die "clients did not commit, or not enough, in round $round";
 	my $delay = 0.05 + rand(0.45);
 	usleep(int($delay * 1_000_000));
 	$killed_total += crash_node($node);

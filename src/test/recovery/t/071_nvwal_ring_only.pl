@@ -21,6 +21,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use NVWAL::Utils;
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
@@ -106,10 +109,7 @@ ok( $node->poll_query_until(
 	'the WAL writer wrote back WAL of an asynchronous commit');
 
 # Stop the WAL writer.
-my $walwriter = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
-like($walwriter, qr/^\d+$/, 'found the WAL writer');
-kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
+my $walwriter = stop_walwriter($node);
 
 # Commit, and note the transaction and where its WAL ends.
 my ($xid, $commit_end) = split /\n/, $node->safe_psql(
@@ -201,9 +201,7 @@ is( $node->safe_psql(
 # pg_current_wal_flush_lsn() or pg_current_wal_lsn() returned finds all of
 # it there, although the WAL writer has not written it: the functions write
 # it first.
-$walwriter = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
-kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
+$walwriter = stop_walwriter($node);
 foreach my $function ('pg_current_wal_flush_lsn', 'pg_current_wal_lsn')
 {
 	my $start =

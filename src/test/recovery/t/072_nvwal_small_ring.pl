@@ -14,6 +14,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use NVWAL::Utils;
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
@@ -120,10 +123,7 @@ run_concurrently(
 # Writes with the WAL writer stopped: about 30MB, in concurrent sessions
 # and several transactions.  Apart from checkpoints, which write back only
 # up to their own record, only the inserters can free ring pages now.
-my $walwriter = $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
-like($walwriter, qr/^\d+$/, 'found the WAL writer');
-kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
+my $walwriter = stop_walwriter($node);
 
 my $before = nvwal_stats($node);
 run_concurrently(
@@ -172,7 +172,7 @@ is( $node->safe_psql(
 # Leave more than a segment of committed WAL only in the ring, wherever the
 # ring has wrapped to by now: stop the WAL writer again, write everything
 # back with a checkpoint, and commit the last rows.
-kill('STOP', $walwriter) or die "could not stop the WAL writer: $!";
+$walwriter = stop_walwriter($node);
 $node->safe_psql('postgres', 'CHECKPOINT');
 my $tail_end = $node->safe_psql('postgres',
 	insert_sql(58801, 60000) . '; SELECT pg_current_wal_insert_lsn()');

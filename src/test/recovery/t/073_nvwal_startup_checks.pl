@@ -22,6 +22,9 @@ use File::Copy;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use NVWAL::Utils;
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
@@ -91,9 +94,7 @@ sub check_rows
 sub crash_after_ring_only_commit
 {
 	my ($n, $tag) = @_;
-	my $walwriter = $n->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
-	ok(kill('STOP', $walwriter), "$tag: WAL writer stopped");
+	my $walwriter = stop_walwriter($n);
 
 	commit_row($n, $tag);
 	my ($flush_lsn, $in_pg_wal) = split /\|/,

@@ -19,6 +19,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use NVWAL::Utils;
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
@@ -38,6 +41,7 @@ nvwal_path = 'nvwal'
 nvwal_size = 32MB
 autovacuum = off
 max_wal_size = 256MB
+checkpoint_timeout = 1h
 });
 $primary->start;
 
@@ -136,9 +140,7 @@ foreach my $node ($standby, $subscriber)
 		"wal_receiver_status_interval = '1h'\nwal_receiver_timeout = '1h'");
 	$node->reload;
 }
-my $walwriter = $primary->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'walwriter'");
-ok(kill('STOP', $walwriter), 'primary\'s WAL writer stopped');
+my $walwriter = stop_walwriter($primary);
 my ($stdout, $stderr, $timed_out);
 my $ret = $primary->psql(
 	'postgres',
