@@ -677,7 +677,8 @@ nvwal_page_is_valid(XLogRecPtr pageptr)
 /*
  * Does the (valid) ring page at 'pageptr' hold any WAL?  Pages are
  * initialized ahead of insertion, so the ring can hold empty pages beyond
- * the end of WAL; so can the rest of a segment after a WAL switch.  An empty
+ * the end of WAL; so can the rest of a segment after a WAL switch (whose
+ * pages keep their headers with NVWAL, see XLogInsertRecord()).  An empty
  * page neither continues a record nor starts one after its header.
  */
 static bool
