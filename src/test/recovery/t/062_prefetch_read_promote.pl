@@ -3,7 +3,8 @@
 
 # A standby catching up with recovery_prefetch_method = read must shut down
 # promptly on a fast shutdown, and promote, while its look-ahead has reads in
-# flight: neither may wait for more WAL or leave buffers behind.  After
+# flight: neither may wait for more WAL or leave buffers behind.  A reload
+# while it catches up must not disturb replay either.  After
 # promotion it has replayed everything the primary wrote, and takes writes.
 use strict;
 use warnings FATAL => 'all';
@@ -69,6 +70,11 @@ my $expected =
   $primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t');
 $standby->start;
 wait_for_reads($standby);
+
+# A reload resets the look-ahead while records it examined wait for replay
+# and reads are in flight.
+$standby->append_conf('postgresql.conf', 'maintenance_io_concurrency = 4');
+$standby->reload;
 
 # Promote once the standby has received all of it, while it is still
 # replaying: promotion must replay everything received first.
