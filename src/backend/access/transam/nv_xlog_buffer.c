@@ -806,6 +806,24 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 {
 #ifdef USE_LIBPMEM
 	Assert(NvwalActive);
+
+	/*
+	 * A page-aligned end of WAL has no partial page here, and its slot may
+	 * still hold the page of that address from an earlier history: after a
+	 * point-in-time recovery, WAL past the recovery target, which continues
+	 * the record chain.  A salvage after a crash before the first insertion
+	 * would write it to pg_wal and recovery would replay it.  Invalidate the
+	 * slot so that the scan stops there.
+	 */
+	if (endOfLog % XLOG_BLCKSZ == 0)
+	{
+		XLogPageHeader page =
+			(XLogPageHeader) (nvwal_ring + endOfLog % nvwal_ring_size);
+
+		page->xlp_magic = 0;
+		nvwal_persist(&page->xlp_magic, sizeof(page->xlp_magic));
+	}
+
 	nvwal_header_set(&nvwal_header->timeline, tli);
 	nvwal_header_set(&nvwal_header->synced_upto, endOfLog);
 	nvwal_header_set(&nvwal_header->clean, 0);
