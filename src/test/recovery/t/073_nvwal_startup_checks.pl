@@ -105,13 +105,7 @@ sub crash_after_ring_only_commit
 		"$tag: the commit is durable in the ring but not yet fsynced in pg_wal"
 	);
 
-	# Immediate shutdown, and the stopped WAL writer is killed so that it
-	# never runs again (the postmaster would do that only after seconds).
-	my $pm_pid =
-	  (split /\n/, slurp_file($n->data_dir . '/postmaster.pid'))[0];
-	kill 'QUIT', $pm_pid;
-	kill 'KILL', $walwriter;
-	$n->stop('immediate', fail_ok => 1);
+	crash_with_walwriter_stopped($n, $walwriter);
 	ok( !-e $n->data_dir . '/postmaster.pid',
 		"$tag: server is down after the crash");
 	is( nvwal_control($n),

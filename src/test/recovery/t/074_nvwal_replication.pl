@@ -184,13 +184,8 @@ foreach my $node ($primary, $standby, $subscriber)
 $standby->reload;
 $subscriber->reload;
 
-# Crash the primary: immediate shutdown, and the stopped WAL writer is
-# killed so that it never runs again.
-my $pm_pid =
-  (split /\n/, slurp_file($primary->data_dir . '/postmaster.pid'))[0];
-kill 'QUIT', $pm_pid;
-kill 'KILL', $walwriter;
-$primary->stop('immediate', fail_ok => 1);
+# Crash the primary.
+crash_with_walwriter_stopped($primary, $walwriter);
 ok(!-e $primary->data_dir . '/postmaster.pid', 'primary crashed');
 
 my $log_offset = -s $primary->logfile;

@@ -83,12 +83,7 @@ isnt($commit_segment, $switch_segment,
 is($padding_synced, 'f',
 	'pg_wal is not yet fsynced up to the end of the switched segment');
 
-# Crash: immediate shutdown, and the stopped WAL writer is killed so that it
-# never runs again.
-my $pm_pid = (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
-kill 'QUIT', $pm_pid;
-kill 'KILL', $walwriter;
-$node->stop('immediate', fail_ok => 1);
+crash_with_walwriter_stopped($node, $walwriter);
 eval { $switcher->quit; };
 ok(!-e $node->data_dir . '/postmaster.pid', 'server is down after the crash');
 

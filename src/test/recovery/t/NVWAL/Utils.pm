@@ -35,7 +35,8 @@ use Exporter 'import';
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(proc_state wait_for_proc_state stop_walwriter);
+our @EXPORT =
+  qw(proc_state wait_for_proc_state stop_walwriter crash_with_walwriter_stopped);
 
 =pod
 
@@ -117,6 +118,31 @@ sub stop_walwriter
 		  if time() > $deadline;
 		usleep(10_000);
 	}
+}
+
+=pod
+
+=item crash_with_walwriter_stopped(node, walwriter)
+
+Crash the node with an immediate shutdown while its WAL writer is stopped
+by stop_walwriter(), so that no WAL is written to pg_wal on the way down.
+The postmaster is told to quit first, and then the WAL writer, which could
+act on that only when continued, is killed, so that it never runs again
+(the postmaster would kill it only after seconds).  Returns once the server
+is down.
+
+=cut
+
+sub crash_with_walwriter_stopped
+{
+	my ($node, $walwriter) = @_;
+	my ($pm_pid) = split /\n/,
+	  slurp_file($node->data_dir . '/postmaster.pid');
+
+	kill('QUIT', $pm_pid) or die "could not signal the postmaster: $!";
+	kill('KILL', $walwriter) or die "could not kill the WAL writer: $!";
+	$node->stop('immediate', fail_ok => 1);
+	return;
 }
 
 =pod
