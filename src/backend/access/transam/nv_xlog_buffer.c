@@ -360,7 +360,8 @@ nvwal_open_file(NvwalFileHeader *hdr, off_t *filesize)
 		ereport(FATAL,
 				(errcode_for_file_access(),
 				 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
-						nvwal_path)));
+						nvwal_path),
+				 errhint("\"nvwal_path\" must name a file the server's operating system user can read and write.")));
 	}
 
 	if (flock(nvwal_lock_fd, LOCK_EX | LOCK_NB) != 0)
@@ -392,7 +393,8 @@ nvwal_open_file(NvwalFileHeader *hdr, off_t *filesize)
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("non-volatile WAL buffer file \"%s\" has format version %u, but the server expects %u",
-						nvwal_path, hdr->format_version, NVWAL_FORMAT_VERSION)));
+						nvwal_path, hdr->format_version, NVWAL_FORMAT_VERSION),
+				 errhint("Start the server version that wrote the file and shut it down cleanly, then set \"nvwal_path\" to a path where no file exists.")));
 	return true;
 }
 
@@ -418,9 +420,36 @@ nvwal_remember_datadir_path(void)
 	canonicalize_path(path);
 	nvwal_datadir_relpath[0] = '\0';
 	if (!is_absolute_path(path))
-		strlcpy(nvwal_datadir_relpath, path, MAXPGPATH);
+	{
+		/* "../nvwal" is relative to the data directory, but not inside it */
+		if (!path_contains_parent_reference(path))
+			strlcpy(nvwal_datadir_relpath, path, MAXPGPATH);
+	}
 	else if (strncmp(path, DataDir, dlen) == 0 && path[dlen] == '/')
 		strlcpy(nvwal_datadir_relpath, path + dlen + 1, MAXPGPATH);
+}
+
+/*
+ * Is the file inside the data directory once symbolic links are resolved?
+ * A file reached through a symbolic link that a copy of the data directory
+ * kept is the original server's file, not a copy of it.
+ */
+static bool
+nvwal_file_really_in_datadir(void)
+{
+	char	   *file = realpath(nvwal_path, NULL);
+	char	   *dir = realpath(DataDir, NULL);
+	bool		inside = false;
+
+	if (file != NULL && dir != NULL)
+	{
+		size_t		dlen = strlen(dir);
+
+		inside = strncmp(file, dir, dlen) == 0 && file[dlen] == '/';
+	}
+	free(file);
+	free(dir);
+	return inside;
 }
 
 /*
@@ -479,7 +508,7 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	 * from the archive or by streaming.
 	 */
 	if (!expected && hdr.clean == 0 && from_backup &&
-		nvwal_datadir_relpath[0] != '\0')
+		nvwal_datadir_relpath[0] != '\0' && nvwal_file_really_in_datadir())
 	{
 		ereport(LOG,
 				(errmsg("discarding non-volatile WAL buffer file \"%s\" that was copied with a base backup",
@@ -495,10 +524,22 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 				 errhint("Set \"nvwal_path\" to another file.  Remove the file only if no server needs it.")));
 
 	if (hdr.clean == 0 && !replace &&
-		(hdr.ring_size != ring_size ||
-		 filesize != (off_t) (NVWAL_HEADER_SIZE + hdr.ring_size) ||
+		(filesize != (off_t) (NVWAL_HEADER_SIZE + hdr.ring_size) ||
 		 hdr.xlog_blcksz != XLOG_BLCKSZ ||
 		 hdr.wal_segment_size != wal_segment_size))
+		ereport(FATAL,
+				(errcode(ERRCODE_DATA_CORRUPTED),
+				 errmsg("non-volatile WAL buffer file \"%s\" does not match its header",
+						nvwal_path),
+				 errdetail("The header describes a ring of %" PRIu64 " bytes with %u-byte WAL blocks and %u-byte WAL segments in a file of %lld bytes; the file has %lld bytes, and the server uses %d-byte WAL blocks and %d-byte WAL segments.",
+						   hdr.ring_size, hdr.xlog_blcksz,
+						   hdr.wal_segment_size,
+						   (long long) (NVWAL_HEADER_SIZE + hdr.ring_size),
+						   (long long) filesize, XLOG_BLCKSZ,
+						   wal_segment_size),
+				 errhint("The server did not shut down cleanly, and WAL it committed may exist only in the file it used: restore that file unchanged and start the server again.")));
+
+	if (hdr.clean == 0 && !replace && hdr.ring_size != ring_size)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				 errmsg("non-volatile WAL buffer file \"%s\" has a ring of %" PRIu64 " bytes and a size of %lld bytes, but \"nvwal_size\" asks for %zu bytes",
@@ -607,7 +648,8 @@ NvwalAttach(const ControlFileData *controlFile)
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not map non-volatile WAL buffer file \"%s\": %s",
-							nvwal_path, pmem_errormsg())));
+							nvwal_path, pmem_errormsg()),
+					 errhint("The file must be on a file system that supports memory mapping with enough space for it, such as a DAX file system or tmpfs.")));
 		nvwal_map_len = maplen;
 		nvwal_is_pmem = (is_pmem != 0);
 		nvwal_header = (NvwalFileHeader *) nvwal_map;

@@ -22,6 +22,7 @@ use File::Copy;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use File::Spec;
 use FindBin;
 use lib $FindBin::RealBin;
 use NVWAL::Utils;
@@ -250,6 +251,21 @@ is( -s $nvwal_file,
 	$ring_bytes + 8192,
 	'crash, then nvwal_size changed: file left untouched');
 $node->adjust_conf('postgresql.conf', 'nvwal_size', '32MB');
+
+# The same crash, and the file was then truncated: its header no longer
+# describes it, and no setting can help, only the file itself.
+copy($nvwal_file, "$datadir/nvwal.whole") or die "copy: $!";
+truncate($nvwal_file, $ring_bytes) or die "truncate: $!";
+$offset = start_fails(
+	$node,
+	qr/non-volatile WAL buffer file "nvwal" does not match its header/,
+	'crash, then the file truncated');
+like(
+	slurp_file($node->logfile, $offset),
+	qr/HINT:  .*restore that file unchanged/,
+	'crash, then the file truncated: the hint says to restore it');
+rename("$datadir/nvwal.whole", $nvwal_file) or die "rename: $!";
+
 $offset = -s $node->logfile;
 $node->start;
 check_salvage($node, $offset, $flush_lsn, 'nvwal_size restored');
@@ -300,6 +316,24 @@ ok(!-e $node->backup_dir . '/bk/nvwal',
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-i');
 my $copy = PostgreSQL::Test::Cluster->new('copy');
 $copy->init_from_backup($node, 'bk', standby => 0);
+
+# A file reached by a relative path or through a symbolic link is inside the
+# copy's data directory only in name: it must not be taken for a file that
+# came with the backup, and discarded.
+my $relative = File::Spec->abs2rel($nvwal_file, $copy->data_dir);
+symlink($datadir, $copy->data_dir . '/primary')
+  or die "could not create symbolic link: $!";
+foreach my $path ($relative, 'primary/nvwal')
+{
+	$copy->adjust_conf('postgresql.conf', 'nvwal_path', "'$path'");
+	start_fails(
+		$copy,
+		qr/non-volatile WAL buffer file "\Q$path\E" holds WAL of a server that did not shut down cleanly/,
+		"backup copy pointed to the crashed primary's file as $path");
+	ok(-f $nvwal_file, "$path: the primary's file is still there");
+}
+unlink($copy->data_dir . '/primary') or die "unlink: $!";
+
 $copy->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
 start_fails(
 	$copy,
