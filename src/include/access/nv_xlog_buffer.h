@@ -40,7 +40,7 @@ extern Size NvwalRingSize(void);
 extern char *NvwalAttach(const ControlFileData *controlFile);
 extern bool NvwalSalvageNeeded(void);
 extern void NvwalSalvage(void);
-extern uint64 NvwalFileId(void);
+extern uint64 NvwalRenewFileId(void);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 
 /*

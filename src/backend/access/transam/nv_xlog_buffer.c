@@ -69,9 +69,10 @@ bool		NvwalActive = false;
 #define NVWAL_HEADER_SIZE		XLOG_BLCKSZ
 
 /*
- * The file header.  The first group of fields is written once, when the
- * file is created.  The second group changes while the server runs; every
- * field there is 8 bytes wide so that each store is atomic on persistent
+ * The file header.  The fields are written when the file is created, except
+ * file_id, which every run that writes WAL to the file renews, and the last
+ * group, which changes while the server runs.  Every field that changes is
+ * 8 bytes wide and aligned so that each store is atomic on persistent
  * memory, and they are persisted one at a time in an order that keeps the
  * file safe to salvage after a crash at any instant.
  */
@@ -80,7 +81,7 @@ typedef struct NvwalFileHeader
 	uint32		magic;
 	uint32		format_version;
 	uint64		system_identifier;
-	uint64		file_id;		/* random, also kept in pg_control */
+	uint64		file_id;		/* random, per run; also kept in pg_control */
 	uint32		xlog_blcksz;
 	uint32		wal_segment_size;
 	uint64		ring_size;		/* bytes of WAL pages after the header */
@@ -88,6 +89,7 @@ typedef struct NvwalFileHeader
 	uint64		timeline;		/* timeline of the WAL written to the ring */
 	uint64		clean;			/* 1: the ring holds nothing pg_wal lacks */
 	uint64		synced_upto;	/* WAL before this is fsynced in pg_wal */
+	uint64		previous_file_id;	/* file_id before the last renewal */
 } NvwalFileHeader;
 
 /* Statistics and state other processes show in pg_stat_nvwal */
@@ -277,6 +279,22 @@ nvwal_install_sigbus_handler(void)
  * built under a temporary name and renamed into place, so a crash never
  * leaves a file without a valid header at nvwal_path.
  */
+/* A random identifier for the file's header and pg_control; never 0 */
+static uint64
+nvwal_random_id(void)
+{
+	uint64		id;
+
+	do
+	{
+		if (!pg_strong_random(&id, sizeof(id)))
+			ereport(FATAL,
+					(errcode(ERRCODE_INTERNAL_ERROR),
+					 errmsg("could not generate random file identifier for non-volatile WAL buffer")));
+	} while (id == 0);
+	return id;
+}
+
 static void
 nvwal_create_file(Size ring_size, uint64 system_identifier)
 {
@@ -310,12 +328,7 @@ nvwal_create_file(Size ring_size, uint64 system_identifier)
 						 (size_t) (NVWAL_HEADER_SIZE + ring_size))));
 	}
 
-	do
-	{
-		if (!pg_strong_random(&file_id, sizeof(file_id)))
-			ereport(FATAL,
-					(errmsg("could not generate random file identifier for non-volatile WAL buffer")));
-	} while (file_id == 0);
+	file_id = nvwal_random_id();
 
 	hdr = (NvwalFileHeader *) map;
 	memset(hdr, 0, NVWAL_HEADER_SIZE);
@@ -493,7 +506,13 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 						   controlFile->system_identifier),
 				 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
 
-	if (expected && hdr.file_id != controlFile->nvwalFileId)
+	/*
+	 * pg_control names the run that last wrote WAL to the file.  A crash
+	 * between the renewal of the file's identifier and pg_control's record of
+	 * it leaves the previous identifier in pg_control and a clean file.
+	 */
+	if (expected && hdr.file_id != controlFile->nvwalFileId &&
+		!(hdr.clean != 0 && hdr.previous_file_id == controlFile->nvwalFileId))
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("non-volatile WAL buffer file \"%s\" is not the file this server used before it stopped",
@@ -672,12 +691,25 @@ NvwalAttach(const ControlFileData *controlFile)
 	return nvwal_ring;
 }
 
-/* The file's identifier, for pg_control */
+/*
+ * Give the file a new identifier for the run that is about to write WAL to
+ * it, and return it for pg_control.  A copy of the file made before this run
+ * then carries an older identifier, and after a crash start-up refuses such
+ * a copy instead of missing the WAL only the file in use holds.  The header
+ * is still clean: a crash before pg_control records the new identifier
+ * leaves nothing to salvage, and start-up accepts the previous one.
+ */
 uint64
-NvwalFileId(void)
+NvwalRenewFileId(void)
 {
-	Assert(NvwalActive);
+#ifdef USE_LIBPMEM
+	Assert(NvwalActive && nvwal_header->clean != 0);
+	nvwal_header_set(&nvwal_header->previous_file_id, nvwal_header->file_id);
+	nvwal_header_set(&nvwal_header->file_id, nvwal_random_id());
 	return nvwal_header->file_id;
+#else
+	return 0;
+#endif
 }
 
 /*

@@ -475,6 +475,26 @@ check_salvage($node, $offset, $flush_lsn, 'NVWAL on again');
 check_rows($node, 'NVWAL on again');
 $node->stop;
 
+# A copy of the file made after a clean shutdown, before the server last
+# started: it is clean and of the right size, but the WAL committed since is
+# only in the file the server used, so after a crash it must be refused.
+copy($nvwal_file, "$datadir/nvwal.before") or die "copy: $!";
+$node->start;
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-copy');
+rename($nvwal_file, "$datadir/nvwal.used") or die "rename: $!";
+rename("$datadir/nvwal.before", $nvwal_file) or die "rename: $!";
+start_fails(
+	$node,
+	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
+	'crash, then a copy of the file from before the last start');
+unlink($nvwal_file) or die "unlink: $!";
+rename("$datadir/nvwal.used", $nvwal_file) or die "rename: $!";
+$offset = -s $node->logfile;
+$node->start;
+check_salvage($node, $offset, $flush_lsn, 'the file in use restored');
+check_rows($node, 'the file in use restored');
+$node->stop;
+
 # No server hit an assertion failure or a PANIC along the way.
 foreach my $n ($node, $copy, $other)
 {
