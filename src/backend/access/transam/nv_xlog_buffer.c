@@ -296,7 +296,8 @@ nvwal_random_id(void)
 }
 
 static void
-nvwal_create_file(Size ring_size, uint64 system_identifier)
+nvwal_create_file(Size ring_size, uint64 system_identifier,
+				  uint64 previous_file_id)
 {
 	char		tmppath[MAXPGPATH];
 	char	   *map;
@@ -336,6 +337,7 @@ nvwal_create_file(Size ring_size, uint64 system_identifier)
 	hdr->format_version = NVWAL_FORMAT_VERSION;
 	hdr->system_identifier = system_identifier;
 	hdr->file_id = file_id;
+	hdr->previous_file_id = previous_file_id;
 	hdr->xlog_blcksz = XLOG_BLCKSZ;
 	hdr->wal_segment_size = wal_segment_size;
 	hdr->ring_size = ring_size;
@@ -487,7 +489,7 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 							nvwal_path),
 					 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
 					 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
-		nvwal_create_file(ring_size, controlFile->system_identifier);
+		nvwal_create_file(ring_size, controlFile->system_identifier, 0);
 		if (!nvwal_open_file(&hdr, &filesize))
 			ereport(FATAL,
 					(errcode_for_file_access(),
@@ -588,7 +590,14 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not remove file \"%s\": %m", nvwal_path)));
-		nvwal_create_file(ring_size, controlFile->system_identifier);
+
+		/*
+		 * A clean file replaced while pg_control still names it (a crash
+		 * between marking it clean and clearing pg_control) must not make its
+		 * replacement look like another file: it too holds nothing.
+		 */
+		nvwal_create_file(ring_size, controlFile->system_identifier,
+						  hdr.file_id);
 		if (!nvwal_open_file(&hdr, &filesize))
 			ereport(FATAL,
 					(errcode_for_file_access(),
