@@ -274,11 +274,6 @@ nvwal_install_sigbus_handler(void)
 		elog(FATAL, "could not install SIGBUS handler: %m");
 }
 
-/*
- * Create a new file of the configured size with a fresh header.  It is
- * built under a temporary name and renamed into place, so a crash never
- * leaves a file without a valid header at nvwal_path.
- */
 /* A random identifier for the file's header and pg_control; never 0 */
 static uint64
 nvwal_random_id(void)
@@ -295,6 +290,12 @@ nvwal_random_id(void)
 	return id;
 }
 
+/*
+ * Create a new file of the configured size with a fresh header.  It is
+ * built under a temporary name and renamed into place, so a crash never
+ * leaves a file without a valid header at nvwal_path.  previous_file_id is
+ * the identifier of the clean file it replaces, or 0.
+ */
 static void
 nvwal_create_file(Size ring_size, uint64 system_identifier,
 				  uint64 previous_file_id)
