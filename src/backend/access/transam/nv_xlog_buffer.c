@@ -530,7 +530,7 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	 * from the archive or by streaming.
 	 */
 	if (!expected && hdr.clean == 0 && from_backup &&
-		nvwal_datadir_relpath[0] != '\0' && nvwal_file_really_in_datadir())
+		nvwal_file_really_in_datadir())
 	{
 		ereport(LOG,
 				(errmsg("discarding non-volatile WAL buffer file \"%s\" that was copied with a base backup",

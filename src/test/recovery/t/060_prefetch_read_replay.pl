@@ -155,7 +155,6 @@ foreach my $name (grep { $_ ne 'off' } sort keys %variants)
 	is($node->safe_psql('postgres', $blocks_query),
 		$ref_blocks, "$name: same block contents as without prefetch");
 
-
 	# The reads really happened, through the buffer manager.
 	my ($method, $reads, $blocks_read) = split /\|/,
 	  $node->safe_psql('postgres',

@@ -33,20 +33,6 @@ if (!check_pg_config("#define USE_LIBPMEM 1"))
 # No persistent memory here: let libpmem treat the file as if it were.
 $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
-# Crash the server: an immediate stop, so no shutdown checkpoint and no
-# write-back of the ring.  A WAL writer held with SIGSTOP would only go at
-# the postmaster's SIGKILL seconds later, so it is killed first.
-sub crash_node
-{
-	my ($node, $walwriter) = @_;
-	kill('KILL', $walwriter) if defined $walwriter;
-
-	# The postmaster may have shut down by itself on seeing the WAL writer
-	# die (restart_after_crash is off): that is a crash too.
-	$node->stop('immediate', fail_ok => 1);
-	return;
-}
-
 # Run pg_waldump on pg_wal with the given options; returns whether it
 # exited successfully, its output and its errors.
 sub run_waldump
@@ -138,7 +124,7 @@ unlike(
 	'the commit record is not in pg_wal');
 
 # Crash: the commit's WAL is in the ring only.
-crash_node($node, $walwriter);
+crash_with_walwriter_stopped($node, $walwriter);
 my $logpos = -s $node->logfile;
 $node->start;
 
@@ -187,7 +173,7 @@ like(
 	qr/tx:\s+$xid,.*desc: COMMIT/,
 	'control: pg_waldump finds the commit record in pg_wal');
 
-crash_node($node);
+$node->stop('immediate');
 $logpos = -s $node->logfile;
 $node->start;
 ok( $node->log_contains($salvage_re, $logpos),

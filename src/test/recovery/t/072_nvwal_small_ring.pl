@@ -26,20 +26,6 @@ if (!check_pg_config("#define USE_LIBPMEM 1"))
 # No persistent memory here: let libpmem treat the file as if it were.
 $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
-# Crash the server: an immediate stop, so no shutdown checkpoint and no
-# write-back of the ring.  A WAL writer held with SIGSTOP would only go at
-# the postmaster's SIGKILL seconds later, so it is killed first.
-sub crash_node
-{
-	my ($node, $walwriter) = @_;
-	kill('KILL', $walwriter) if defined $walwriter;
-
-	# The postmaster may have shut down by itself on seeing the WAL writer
-	# die (restart_after_crash is off): that is a crash too.
-	$node->stop('immediate', fail_ok => 1);
-	return;
-}
-
 # Run SQL in several sessions at once; all must succeed.
 sub run_concurrently
 {
@@ -189,7 +175,7 @@ is( $node->safe_psql(
 my $check_sql =
   'SELECT count(*), sum(id), bool_and(payload = repeat(md5(id::text), 31)) FROM big';
 
-crash_node($node, $walwriter);
+crash_with_walwriter_stopped($node, $walwriter);
 $node->command_like(
 	[ 'pg_controldata', $node->data_dir ],
 	qr/Non-volatile WAL buffer in use:\s+yes/,
