@@ -291,31 +291,106 @@ nvwal_random_id(void)
 }
 
 /*
- * Create a new file of the configured size with a fresh header.  It is
- * built under a temporary name and renamed into place, so a crash never
- * leaves a file without a valid header at nvwal_path.  previous_file_id is
- * the identifier of the clean file it replaces, or 0.
+ * Open 'path' and lock it against other servers.  Whoever removes or
+ * replaces the file does so while holding its lock, so the file we locked may
+ * have been unlinked between our open() and flock(): then the path names
+ * another file, or none, and we look again.  Once the path is seen to name
+ * the locked file, it keeps naming it while we hold the lock, and a mapping
+ * made through the path maps that file.
+ *
+ * Returns -1 if the file does not exist and 'create' is false.
  */
-static void
+static int
+nvwal_open_locked(const char *path, bool create)
+{
+	for (;;)
+	{
+		int			fd;
+		struct stat fst;
+		struct stat pst;
+
+		fd = open(path, O_RDWR | O_CLOEXEC | PG_BINARY | (create ? O_CREAT : 0),
+				  pg_file_create_mode);
+		if (fd < 0)
+		{
+			if (errno == ENOENT && !create)
+				return -1;
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
+							path),
+					 errhint("\"nvwal_path\" must name a file the server's operating system user can read and write.")));
+		}
+
+		if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+		{
+			if (errno == EWOULDBLOCK)
+				ereport(FATAL,
+						(errcode(ERRCODE_OBJECT_IN_USE),
+						 errmsg("non-volatile WAL buffer file \"%s\" is in use by another server",
+								path),
+						 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not lock file \"%s\": %m", path)));
+		}
+
+		if (fstat(fd, &fst) != 0)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not stat file \"%s\": %m", path)));
+		if (stat(path, &pst) == 0)
+		{
+			if (pst.st_dev == fst.st_dev && pst.st_ino == fst.st_ino)
+				return fd;
+		}
+		else if (errno != ENOENT)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not stat file \"%s\": %m", path)));
+		close(fd);
+	}
+}
+
+/*
+ * Create a new file of the configured size with a fresh header, built under
+ * a temporary name and then linked into place, so that a crash never leaves
+ * a file without a valid header at nvwal_path.  previous_file_id is the
+ * identifier of the clean file it replaces, or 0.
+ *
+ * The new file is only installed where no file exists: replacing one by
+ * rename() could replace a file that another server has just created and
+ * locked.  Returns false if a file appeared at nvwal_path meanwhile; the
+ * caller looks at that one instead.
+ */
+static bool
 nvwal_create_file(Size ring_size, uint64 system_identifier,
 				  uint64 previous_file_id)
 {
 	char		tmppath[MAXPGPATH];
+	char		parent[MAXPGPATH];
+	int			fd;
 	char	   *map;
 	size_t		maplen;
 	int			is_pmem;
 	NvwalFileHeader *hdr;
-	uint64		file_id;
+	bool		installed = true;
 
+	/*
+	 * The temporary file is locked too, so that servers creating the file at
+	 * the same time do not build it together.  One left behind by a crash is
+	 * rebuilt from nothing.
+	 */
 	snprintf(tmppath, sizeof(tmppath), "%s.tmp", nvwal_path);
-	if (unlink(tmppath) != 0 && errno != ENOENT)
+	fd = nvwal_open_locked(tmppath, true);
+	if (ftruncate(fd, 0) != 0)
 		ereport(FATAL,
 				(errcode_for_file_access(),
-				 errmsg("could not remove file \"%s\": %m", tmppath)));
+				 errmsg("could not truncate file \"%s\": %m", tmppath)));
 
 	map = pmem_map_file(tmppath, NVWAL_HEADER_SIZE + ring_size,
-						PMEM_FILE_CREATE | PMEM_FILE_EXCL,
-						pg_file_create_mode, &maplen, &is_pmem);
+						PMEM_FILE_CREATE, pg_file_create_mode,
+						&maplen, &is_pmem);
 	if (map == NULL)
 	{
 		int			save_errno = errno;
@@ -330,14 +405,12 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 						 (size_t) (NVWAL_HEADER_SIZE + ring_size))));
 	}
 
-	file_id = nvwal_random_id();
-
 	hdr = (NvwalFileHeader *) map;
 	memset(hdr, 0, NVWAL_HEADER_SIZE);
 	hdr->magic = NVWAL_MAGIC;
 	hdr->format_version = NVWAL_FORMAT_VERSION;
 	hdr->system_identifier = system_identifier;
-	hdr->file_id = file_id;
+	hdr->file_id = nvwal_random_id();
 	hdr->previous_file_id = previous_file_id;
 	hdr->xlog_blcksz = XLOG_BLCKSZ;
 	hdr->wal_segment_size = wal_segment_size;
@@ -351,11 +424,50 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 				 errmsg("could not msync file \"%s\": %m", tmppath)));
 	pmem_unmap(map, maplen);
 
-	(void) durable_rename(tmppath, nvwal_path, FATAL);
+	/* Its size must be durable before it can be found at nvwal_path. */
+	if (pg_fsync(fd) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync file \"%s\": %m", tmppath)));
 
-	ereport(LOG,
-			(errmsg("created non-volatile WAL buffer file \"%s\" with a ring of %d MB",
-					nvwal_path, nvwal_size)));
+	if (link(tmppath, nvwal_path) != 0)
+	{
+		int			save_errno = errno;
+		struct stat st;
+		bool		dangling;
+
+		dangling = save_errno == EEXIST &&
+			lstat(nvwal_path, &st) == 0 && S_ISLNK(st.st_mode);
+		(void) unlink(tmppath);
+		errno = save_errno;
+		if (save_errno != EEXIST)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not link file \"%s\" to \"%s\": %m",
+							tmppath, nvwal_path),
+					 errhint("The file system of \"nvwal_path\" must support hard links.")));
+		if (dangling)
+			ereport(FATAL,
+					(errcode(ERRCODE_UNDEFINED_FILE),
+					 errmsg("non-volatile WAL buffer file \"%s\" is a symbolic link to a file that does not exist",
+							nvwal_path),
+					 errhint("Set \"nvwal_path\" to the path the link points to, or remove the link.")));
+		installed = false;
+	}
+	else if (unlink(tmppath) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", tmppath)));
+	strlcpy(parent, nvwal_path, sizeof(parent));
+	get_parent_directory(parent);
+	fsync_fname(parent[0] != '\0' ? parent : ".", true);
+	close(fd);
+
+	if (installed)
+		ereport(LOG,
+				(errmsg("created non-volatile WAL buffer file \"%s\" with a ring of %d MB",
+						nvwal_path, nvwal_size)));
+	return installed;
 }
 
 /*
@@ -368,24 +480,9 @@ nvwal_open_file(NvwalFileHeader *hdr, off_t *filesize)
 	struct stat st;
 	ssize_t		nread;
 
-	nvwal_lock_fd = open(nvwal_path, O_RDWR | O_CLOEXEC | PG_BINARY, 0);
+	nvwal_lock_fd = nvwal_open_locked(nvwal_path, false);
 	if (nvwal_lock_fd < 0)
-	{
-		if (errno == ENOENT)
-			return false;
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
-						nvwal_path),
-				 errhint("\"nvwal_path\" must name a file the server's operating system user can read and write.")));
-	}
-
-	if (flock(nvwal_lock_fd, LOCK_EX | LOCK_NB) != 0)
-		ereport(FATAL,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("non-volatile WAL buffer file \"%s\" is in use by another server",
-						nvwal_path),
-				 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
+		return false;
 
 	if (fstat(nvwal_lock_fd, &st) != 0)
 		ereport(FATAL,
@@ -481,7 +578,11 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	off_t		filesize;
 	bool		replace = false;
 
-	if (!nvwal_open_file(&hdr, &filesize))
+	/*
+	 * A file we create, or one another server created first, is checked like
+	 * any other.
+	 */
+	while (!nvwal_open_file(&hdr, &filesize))
 	{
 		if (expected)
 			ereport(FATAL,
@@ -490,13 +591,7 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 							nvwal_path),
 					 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
 					 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
-		nvwal_create_file(ring_size, controlFile->system_identifier, 0);
-		if (!nvwal_open_file(&hdr, &filesize))
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
-							nvwal_path)));
-		return;
+		(void) nvwal_create_file(ring_size, controlFile->system_identifier, 0);
 	}
 
 	if (hdr.system_identifier != controlFile->system_identifier)
@@ -584,27 +679,30 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 		replace = true;
 	}
 
-	if (replace)
-	{
-		nvwal_close_file();
-		if (unlink(nvwal_path) != 0)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not remove file \"%s\": %m", nvwal_path)));
+	if (!replace)
+		return;
 
-		/*
-		 * A clean file replaced while pg_control still names it (a crash
-		 * between marking it clean and clearing pg_control) must not make its
-		 * replacement look like another file: it too holds nothing.
-		 */
-		nvwal_create_file(ring_size, controlFile->system_identifier,
-						  hdr.file_id);
-		if (!nvwal_open_file(&hdr, &filesize))
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
-							nvwal_path)));
-	}
+	/*
+	 * Remove the file while we still hold its lock, so that no other server
+	 * can lock it and take it for the file at nvwal_path.
+	 */
+	if (unlink(nvwal_path) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not remove file \"%s\": %m", nvwal_path)));
+
+	/*
+	 * A clean file replaced while pg_control still names it (a crash between
+	 * marking it clean and clearing pg_control, or before pg_control recorded
+	 * its renewed identifier) must not make its replacement look like another
+	 * file: it too holds nothing.
+	 */
+	(void) nvwal_create_file(ring_size, controlFile->system_identifier,
+							 expected ? controlFile->nvwalFileId : hdr.file_id);
+	nvwal_close_file();
+
+	/* Check the replacement, or whatever another server put there first. */
+	nvwal_validate_or_create(controlFile, expected, false, ring_size);
 }
 
 #endif							/* USE_LIBPMEM */

@@ -18,6 +18,7 @@
 # writes it to pg_wal.
 use strict;
 use warnings FATAL => 'all';
+use Fcntl qw(:flock);
 use File::Copy;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -439,6 +440,40 @@ foreach my $case (
 		"a file of $name at nvwal_path: left untouched");
 	unlink($nvwal_file) or die "unlink: $!";
 }
+
+# (j) Creating the file.  Servers build it under a temporary name, locked,
+# and install it only where no file is.  A temporary file that another
+# server holds locked means that it is creating the file right now.
+append_to_file("$datadir/nvwal.tmp", "left by an interrupted creation\n");
+open(my $tmp_fh, '<', "$datadir/nvwal.tmp") or die "open: $!";
+flock($tmp_fh, LOCK_EX) or die "flock: $!";
+start_fails(
+	$node,
+	qr/non-volatile WAL buffer file "nvwal.tmp" is in use by another server/,
+	'another server creating the file');
+ok(!-e $nvwal_file, 'another server creating the file: nothing installed');
+close($tmp_fh);
+
+# Once nobody holds it, the temporary file is rebuilt from nothing.
+$node->start;
+is( -s $nvwal_file,
+	$ring_bytes + 8192,
+	'a temporary file left behind is rebuilt into a complete file');
+ok(!-e "$datadir/nvwal.tmp", 'no temporary file remains');
+check_rows($node, 'file created over a leftover temporary file');
+
+# A symbolic link to nothing is not replaced by a file of its own.
+$node->stop;
+unlink($nvwal_file) or die "unlink: $!";
+symlink("$datadir/nowhere/nvwal", $nvwal_file) or die "symlink: $!";
+start_fails(
+	$node,
+	qr/non-volatile WAL buffer file "nvwal" is a symbolic link to a file that does not exist/,
+	'nvwal_path is a dangling symbolic link');
+ok(-l $nvwal_file && !-e "$datadir/nvwal.tmp",
+	'dangling symbolic link: left as it was, no temporary file remains');
+unlink($nvwal_file) or die "unlink: $!";
+
 rename("$datadir/nvwal.mine", $nvwal_file) or die "rename: $!";
 $node->start;
 check_rows($node, 'own file restored after foreign files');
