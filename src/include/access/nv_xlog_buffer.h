@@ -40,7 +40,7 @@ extern Size NvwalRingSize(void);
 extern char *NvwalAttach(const ControlFileData *controlFile);
 extern bool NvwalSalvageNeeded(void);
 extern void NvwalSalvage(void);
-extern uint64 NvwalRenewFileId(void);
+extern uint64 NvwalRenewFileId(uint64 recorded_id);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 
 /*

@@ -298,10 +298,14 @@ nvwal_random_id(void)
  * the locked file, it keeps naming it while we hold the lock, and a mapping
  * made through the path maps that file.
  *
- * Returns -1 if the file does not exist and 'create' is false.
+ * A temporary file is created if absent.  One that is not a plain file of its
+ * own (a symbolic link, or a hard link that a crash between installing a new
+ * file and removing its temporary name left behind) is removed, not used.
+ *
+ * Returns -1 if the file does not exist and 'temporary' is false.
  */
 static int
-nvwal_open_locked(const char *path, bool create)
+nvwal_open_locked(const char *path, bool temporary)
 {
 	for (;;)
 	{
@@ -309,17 +313,43 @@ nvwal_open_locked(const char *path, bool create)
 		struct stat fst;
 		struct stat pst;
 
-		fd = open(path, O_RDWR | O_CLOEXEC | PG_BINARY | (create ? O_CREAT : 0),
+		fd = open(path, O_RDWR | O_CLOEXEC | PG_BINARY |
+				  (temporary ? O_CREAT | O_NOFOLLOW : 0),
 				  pg_file_create_mode);
+		if (fd < 0 && temporary && errno == ELOOP)
+		{
+			if (unlink(path) != 0 && errno != ENOENT)
+				ereport(FATAL,
+						(errcode_for_file_access(),
+						 errmsg("could not remove file \"%s\": %m", path)));
+			continue;
+		}
 		if (fd < 0)
 		{
-			if (errno == ENOENT && !create)
+			if (errno == ENOENT && !temporary)
 				return -1;
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not open non-volatile WAL buffer file \"%s\": %m",
 							path),
 					 errhint("\"nvwal_path\" must name a file the server's operating system user can read and write.")));
+		}
+
+		if (temporary)
+		{
+			if (fstat(fd, &fst) != 0)
+				ereport(FATAL,
+						(errcode_for_file_access(),
+						 errmsg("could not stat file \"%s\": %m", path)));
+			if (!S_ISREG(fst.st_mode) || fst.st_nlink > 1)
+			{
+				close(fd);
+				if (unlink(path) != 0 && errno != ENOENT)
+					ereport(FATAL,
+							(errcode_for_file_access(),
+							 errmsg("could not remove file \"%s\": %m", path)));
+				continue;
+			}
 		}
 
 		if (flock(fd, LOCK_EX | LOCK_NB) != 0)
@@ -352,23 +382,36 @@ nvwal_open_locked(const char *path, bool create)
 	}
 }
 
+/* Make a new or removed name in the directory of 'path' durable. */
+static void
+nvwal_fsync_parent(const char *path)
+{
+	char		parent[MAXPGPATH];
+
+	strlcpy(parent, path, sizeof(parent));
+	get_parent_directory(parent);
+	fsync_fname(parent[0] != '\0' ? parent : ".", true);
+}
+
 /*
  * Create a new file of the configured size with a fresh header, built under
- * a temporary name and then linked into place, so that a crash never leaves
- * a file without a valid header at nvwal_path.  previous_file_id is the
- * identifier of the clean file it replaces, or 0.
+ * a temporary name and then moved into place, so that a crash never leaves
+ * a file without a valid header at nvwal_path.  previous_file_id is what
+ * start-up may find in pg_control for a clean file (see NvwalRenewFileId()).
  *
- * The new file is only installed where no file exists: replacing one by
- * rename() could replace a file that another server has just created and
- * locked.  Returns false if a file appeared at nvwal_path meanwhile; the
- * caller looks at that one instead.
+ * To replace the file, which the caller has locked, the new one is renamed
+ * over it (over the file a symbolic link names, if nvwal_path is one), so
+ * that there is always a file at nvwal_path.  Otherwise it is linked into
+ * place only where no file exists: renaming it could replace a file another
+ * server has just created and locked.  Returns false if such a file appeared
+ * meanwhile; the caller looks at that one instead.
  */
 static bool
 nvwal_create_file(Size ring_size, uint64 system_identifier,
-				  uint64 previous_file_id)
+				  uint64 previous_file_id, bool replace)
 {
+	char		target[MAXPGPATH];
 	char		tmppath[MAXPGPATH];
-	char		parent[MAXPGPATH];
 	int			fd;
 	char	   *map;
 	size_t		maplen;
@@ -376,12 +419,26 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 	NvwalFileHeader *hdr;
 	bool		installed = true;
 
+	if (replace)
+	{
+		char	   *resolved = realpath(nvwal_path, NULL);
+
+		if (resolved == NULL)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not resolve path \"%s\": %m", nvwal_path)));
+		strlcpy(target, resolved, sizeof(target));
+		free(resolved);
+	}
+	else
+		strlcpy(target, nvwal_path, sizeof(target));
+
 	/*
 	 * The temporary file is locked too, so that servers creating the file at
 	 * the same time do not build it together.  One left behind by a crash is
 	 * rebuilt from nothing.
 	 */
-	snprintf(tmppath, sizeof(tmppath), "%s.tmp", nvwal_path);
+	snprintf(tmppath, sizeof(tmppath), "%s.tmp", target);
 	fd = nvwal_open_locked(tmppath, true);
 	if (ftruncate(fd, 0) != 0)
 		ereport(FATAL,
@@ -401,7 +458,7 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 				(errcode_for_file_access(),
 				 errmsg("could not create non-volatile WAL buffer file \"%s\": %s",
 						tmppath, pmem_errormsg()),
-				 errhint("Check that the directory exists, is writable by the server, and has room for %zu bytes.",
+				 errhint("Check that the file system has room for %zu bytes and supports memory mapping.",
 						 (size_t) (NVWAL_HEADER_SIZE + ring_size))));
 	}
 
@@ -430,21 +487,30 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync file \"%s\": %m", tmppath)));
 
-	if (link(tmppath, nvwal_path) != 0)
+	if (replace)
+	{
+		if (rename(tmppath, target) != 0)
+			ereport(FATAL,
+					(errcode_for_file_access(),
+					 errmsg("could not rename file \"%s\" to \"%s\": %m",
+							tmppath, target)));
+	}
+	else if (link(tmppath, target) != 0)
 	{
 		int			save_errno = errno;
 		struct stat st;
 		bool		dangling;
 
 		dangling = save_errno == EEXIST &&
-			lstat(nvwal_path, &st) == 0 && S_ISLNK(st.st_mode);
+			stat(target, &st) != 0 && errno == ENOENT &&
+			lstat(target, &st) == 0 && S_ISLNK(st.st_mode);
 		(void) unlink(tmppath);
 		errno = save_errno;
 		if (save_errno != EEXIST)
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not link file \"%s\" to \"%s\": %m",
-							tmppath, nvwal_path),
+							tmppath, target),
 					 errhint("The file system of \"nvwal_path\" must support hard links.")));
 		if (dangling)
 			ereport(FATAL,
@@ -454,14 +520,12 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 					 errhint("Set \"nvwal_path\" to the path the link points to, or remove the link.")));
 		installed = false;
 	}
-	else if (unlink(tmppath) != 0)
+	else if (unlink(tmppath) != 0 && errno != ENOENT)
 		ereport(FATAL,
 				(errcode_for_file_access(),
 				 errmsg("could not remove file \"%s\": %m", tmppath)));
-	strlcpy(parent, nvwal_path, sizeof(parent));
-	get_parent_directory(parent);
-	fsync_fname(parent[0] != '\0' ? parent : ".", true);
 	close(fd);
+	nvwal_fsync_parent(target);
 
 	if (installed)
 		ereport(LOG,
@@ -566,6 +630,28 @@ nvwal_file_really_in_datadir(void)
 }
 
 /*
+ * The file may have been installed by a server that crashed before it made
+ * that durable; make sure before WAL is committed in it.
+ */
+static void
+nvwal_make_durable(void)
+{
+	char	   *resolved;
+
+	if (pg_fsync(nvwal_lock_fd) != 0)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not fsync file \"%s\": %m", nvwal_path)));
+	resolved = realpath(nvwal_path, NULL);
+	if (resolved == NULL)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not resolve path \"%s\": %m", nvwal_path)));
+	nvwal_fsync_parent(resolved);
+	free(resolved);
+}
+
+/*
  * Decide whether the file may be used, creating it when that is safe.
  * Every refusal happens here, in the postmaster, before anything has been
  * written, and leaves the file untouched.
@@ -591,7 +677,8 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 							nvwal_path),
 					 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
 					 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
-		(void) nvwal_create_file(ring_size, controlFile->system_identifier, 0);
+		(void) nvwal_create_file(ring_size, controlFile->system_identifier,
+								 0, false);
 	}
 
 	if (hdr.system_identifier != controlFile->system_identifier)
@@ -680,25 +767,21 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	}
 
 	if (!replace)
+	{
+		nvwal_make_durable();
 		return;
+	}
 
 	/*
-	 * Remove the file while we still hold its lock, so that no other server
-	 * can lock it and take it for the file at nvwal_path.
-	 */
-	if (unlink(nvwal_path) != 0)
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not remove file \"%s\": %m", nvwal_path)));
-
-	/*
-	 * A clean file replaced while pg_control still names it (a crash between
+	 * The new file replaces this one while we hold its lock, so that no other
+	 * server can lock this one and take it for the file at nvwal_path.  A
+	 * clean file replaced while pg_control still names it (a crash between
 	 * marking it clean and clearing pg_control, or before pg_control recorded
 	 * its renewed identifier) must not make its replacement look like another
 	 * file: it too holds nothing.
 	 */
 	(void) nvwal_create_file(ring_size, controlFile->system_identifier,
-							 expected ? controlFile->nvwalFileId : hdr.file_id);
+							 expected ? controlFile->nvwalFileId : 0, true);
 	nvwal_close_file();
 
 	/* Check the replacement, or whatever another server put there first. */
@@ -805,14 +888,18 @@ NvwalAttach(const ControlFileData *controlFile)
  * then carries an older identifier, and after a crash start-up refuses such
  * a copy instead of missing the WAL only the file in use holds.  The header
  * is still clean: a crash before pg_control records the new identifier
- * leaves nothing to salvage, and start-up accepts the previous one.
+ * leaves nothing to salvage, and start-up accepts the previous one.  That
+ * must be the one pg_control holds now ('recorded_id', when it names a file):
+ * start-up may have accepted this file by its previous identifier, and a
+ * crash in the same window again must not make it unacceptable.
  */
 uint64
-NvwalRenewFileId(void)
+NvwalRenewFileId(uint64 recorded_id)
 {
 #ifdef USE_LIBPMEM
 	Assert(NvwalActive && nvwal_header->clean != 0);
-	nvwal_header_set(&nvwal_header->previous_file_id, nvwal_header->file_id);
+	nvwal_header_set(&nvwal_header->previous_file_id,
+					 recorded_id != 0 ? recorded_id : nvwal_header->file_id);
 	nvwal_header_set(&nvwal_header->file_id, nvwal_random_id());
 	return nvwal_header->file_id;
 #else

@@ -277,8 +277,27 @@ check_rows($node, 'nvwal_size restored');
 $node->stop;
 copy($nvwal_file, "$datadir/nvwal.old") or die "copy: $!";
 $node->adjust_conf('postgresql.conf', 'nvwal_size', '48MB');
+
+# While the replacement cannot be built (here: another server holds its
+# temporary file), the old file stays where it is.
+open(my $tmp_fh, '>', "$datadir/nvwal.tmp") or die "open: $!";
+flock($tmp_fh, LOCK_EX) or die "flock: $!";
+start_fails(
+	$node,
+	qr/non-volatile WAL buffer file "\Q$datadir\E\/nvwal.tmp" is in use by another server/,
+	'resize while the temporary file is locked');
+is( -s $nvwal_file,
+	$ring_bytes + 8192,
+	'resize while the temporary file is locked: the old file is still there');
+close($tmp_fh);
+unlink("$datadir/nvwal.tmp") or die "unlink: $!";
+
+# A crash between installing a new file and removing its temporary name
+# leaves a second name for the file in use, which must not be rebuilt.
+link($nvwal_file, "$datadir/nvwal.tmp") or die "link: $!";
 $offset = -s $node->logfile;
 $node->start;
+ok(!-e "$datadir/nvwal.tmp", 'resize: no temporary file remains');
 ok( $node->log_contains(
 		qr/replacing non-volatile WAL buffer file "nvwal" to change its ring to 48 MB/,
 		$offset),
@@ -445,7 +464,7 @@ foreach my $case (
 # and install it only where no file is.  A temporary file that another
 # server holds locked means that it is creating the file right now.
 append_to_file("$datadir/nvwal.tmp", "left by an interrupted creation\n");
-open(my $tmp_fh, '<', "$datadir/nvwal.tmp") or die "open: $!";
+open($tmp_fh, '<', "$datadir/nvwal.tmp") or die "open: $!";
 flock($tmp_fh, LOCK_EX) or die "flock: $!";
 start_fails(
 	$node,
@@ -461,6 +480,19 @@ is( -s $nvwal_file,
 	'a temporary file left behind is rebuilt into a complete file');
 ok(!-e "$datadir/nvwal.tmp", 'no temporary file remains');
 check_rows($node, 'file created over a leftover temporary file');
+
+# A symbolic link at the temporary name is removed, and its target left
+# alone.
+$node->stop;
+unlink($nvwal_file) or die "unlink: $!";
+append_to_file("$datadir/victim", "not to be truncated\n");
+symlink("$datadir/victim", "$datadir/nvwal.tmp") or die "symlink: $!";
+$node->start;
+is( slurp_file("$datadir/victim"),
+	"not to be truncated\n",
+	'a symbolic link at the temporary name: its target is left alone');
+ok( !-e "$datadir/nvwal.tmp" && -s $nvwal_file == $ring_bytes + 8192,
+	'a symbolic link at the temporary name: the file is created');
 
 # A symbolic link to nothing is not replaced by a file of its own.
 $node->stop;
