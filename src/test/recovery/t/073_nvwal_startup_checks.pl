@@ -160,6 +160,26 @@ sub start_fails
 	return $offset;
 }
 
+# With the server down, move the file at $substitute to nvwal_path in place
+# of the file in use: start-up must refuse it with $pattern.  Then put the
+# file in use back and start.  After a crash ($flush_lsn set), the start must
+# salvage the WAL only the file in use held.
+sub refuse_substitute_then_restore
+{
+	my ($substitute, $pattern, $flush_lsn, $what) = @_;
+	rename($nvwal_file, "$datadir/nvwal.in-use") or die "rename: $!";
+	rename($substitute, $nvwal_file) or die "rename: $!";
+	start_fails($node, $pattern, $what);
+	unlink($nvwal_file) or die "unlink: $!";
+	rename("$datadir/nvwal.in-use", $nvwal_file) or die "rename: $!";
+	my $offset = -s $node->logfile;
+	$node->start;
+	check_salvage($node, $offset, $flush_lsn, "$what, file restored")
+	  if defined $flush_lsn;
+	check_rows($node, "$what, file restored");
+	return;
+}
+
 # First start creates the file.
 $node->start;
 ok(-f $nvwal_file, 'NVWAL file created in the data directory');
@@ -310,21 +330,14 @@ check_rows($node, 'clean shutdown, then nvwal_size changed');
 
 # (e) A crash, then another file of the same cluster (the copy from before
 # the resize) at the path.
-$flush_lsn = crash_after_ring_only_commit($node, 'crash-e');
-rename($nvwal_file, "$datadir/nvwal.current") or die "rename: $!";
-rename("$datadir/nvwal.old", $nvwal_file) or die "rename: $!";
-start_fails(
-	$node,
-	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
-	'crash, then an older file of this cluster in place');
 # Keep a copy of the crashed file for the second case of (i) below.
-copy("$datadir/nvwal.current", "$datadir/nvwal.crashed") or die "copy: $!";
-unlink($nvwal_file) or die "unlink: $!";
-rename("$datadir/nvwal.current", $nvwal_file) or die "rename: $!";
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn, 'the right file restored');
-check_rows($node, 'the right file restored');
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-e');
+copy($nvwal_file, "$datadir/nvwal.crashed") or die "copy: $!";
+refuse_substitute_then_restore(
+	"$datadir/nvwal.old",
+	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
+	$flush_lsn,
+	'crash, then an older file of this cluster in place');
 
 # (i) A copy of this cluster started with the NVWAL file of a server that
 # crashed: a base backup, configured with the absolute path of the
@@ -377,16 +390,11 @@ check_rows($node, 'primary after the copy was refused');
 # The same with an old copy of this server's own file that is unclean: the
 # server shut down cleanly since, so the file is not the one it needs.
 $node->stop;
-rename($nvwal_file, "$datadir/nvwal.current") or die "rename: $!";
-rename("$datadir/nvwal.crashed", $nvwal_file) or die "rename: $!";
-start_fails(
-	$node,
+refuse_substitute_then_restore(
+	"$datadir/nvwal.crashed",
 	qr/non-volatile WAL buffer file "nvwal" holds WAL of a server that did not shut down cleanly/,
+	undef,
 	'clean shutdown, then an old unclean copy of the file in place');
-unlink($nvwal_file) or die "unlink: $!";
-rename("$datadir/nvwal.current", $nvwal_file) or die "rename: $!";
-$node->start;
-check_rows($node, 'own file restored after the old unclean copy');
 
 # Another cluster, with its own NVWAL file.  Run initdb: copies of the
 # template share the system identifier.
@@ -427,19 +435,12 @@ $other->stop;
 # (f) After a crash, the other cluster's file copied in place of ours.
 $node->start;
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-f');
-rename($nvwal_file, "$datadir/nvwal.mine") or die "rename: $!";
-copy($other->data_dir . '/nvwal', $nvwal_file) or die "copy: $!";
-start_fails(
-	$node,
+copy($other->data_dir . '/nvwal', "$datadir/nvwal.other") or die "copy: $!";
+refuse_substitute_then_restore(
+	"$datadir/nvwal.other",
 	qr/non-volatile WAL buffer file "nvwal" belongs to another database system/,
+	$flush_lsn,
 	'crash, then the file of another cluster in place');
-unlink($nvwal_file) or die "unlink: $!";
-rename("$datadir/nvwal.mine", $nvwal_file) or die "rename: $!";
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn,
-	'own file restored after the other cluster\'s');
-check_rows($node, 'own file restored after the other cluster\'s');
 
 # (g) Files that are not NVWAL files, after a clean shutdown.  The server
 # must not overwrite them.
@@ -548,18 +549,11 @@ $node->stop;
 copy($nvwal_file, "$datadir/nvwal.before") or die "copy: $!";
 $node->start;
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-copy');
-rename($nvwal_file, "$datadir/nvwal.used") or die "rename: $!";
-rename("$datadir/nvwal.before", $nvwal_file) or die "rename: $!";
-start_fails(
-	$node,
+refuse_substitute_then_restore(
+	"$datadir/nvwal.before",
 	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
+	$flush_lsn,
 	'crash, then a copy of the file from before the last start');
-unlink($nvwal_file) or die "unlink: $!";
-rename("$datadir/nvwal.used", $nvwal_file) or die "rename: $!";
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn, 'the file in use restored');
-check_rows($node, 'the file in use restored');
 $node->stop;
 
 # No server hit an assertion failure or a PANIC along the way.
