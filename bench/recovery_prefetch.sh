@@ -165,7 +165,7 @@ recover() {
 	local stats=-
 	if [ "$build" = patched ]; then
 		stats=$(pg patched psql -XAtq -d postgres -c \
-			"SELECT format('method=%s,reads=%s,blocks_read=%s,reads_cached=%s,read_waits=%s,skip_pin=%s,prefetch=%s,hit=%s', method, reads, blocks_read, reads_cached, read_waits, skip_pin, prefetch, hit) FROM pg_stat_recovery_prefetch")
+			"SELECT format('method=%s,reads=%s,blocks_read=%s,reads_cached=%s,read_waits=%s,pin_stalls=%s,prefetch=%s,hit=%s', method, reads, blocks_read, reads_cached, read_waits, pin_stalls, prefetch, hit) FROM pg_stat_recovery_prefetch")
 	fi
 	pg "$build" pg_ctl -D "$copy" -m immediate stop >/dev/null
 	[ -z "$locker" ] || kill "$locker"

@@ -92,11 +92,11 @@ INSERT INTO t SELECT g, $round, 'late' FROM generate_series(20000 + $round * 100
 		],
 		"$name: pg_amcheck finds no corruption");
 
-	my ($method, $reads, $blocks_read, $reads_cached, $skip_pin) =
+	my ($method, $reads, $blocks_read, $reads_cached, $pin_stalls) =
 	  split /\|/,
 	  $node->safe_psql(
 		'postgres',
-		'SELECT method, reads, blocks_read, reads_cached, skip_pin FROM pg_stat_recovery_prefetch'
+		'SELECT method, reads, blocks_read, reads_cached, pin_stalls FROM pg_stat_recovery_prefetch'
 	  );
 	is($method, 'read', "$name: crash recovery prefetched with reads");
 	cmp_ok($reads, '>', 0, "$name: reads were started during crash recovery");
@@ -104,17 +104,17 @@ INSERT INTO t SELECT g, $round, 'late' FROM generate_series(20000 + $round * 100
 	cmp_ok($reads_cached, '<=', $reads,
 		"$name: cached reads are counted among the reads");
 
-	# With 16 buffers the look-ahead may hold one pin at a time and must
-	# leave the other blocks to redo; with the default pool it never needs
-	# more pins than it is allowed.
+	# With 16 buffers the look-ahead may hold one pin at a time, and must
+	# wait for redo to release it; with the default pool it never needs more
+	# pins than it is allowed.
 	if ($name eq 'tiny_buffers')
 	{
-		cmp_ok($skip_pin, '>', 0,
-			"$name: blocks left for lack of pins are counted");
+		cmp_ok($pin_stalls, '>', 0,
+			"$name: the look-ahead stopped for lack of pins");
 	}
 	else
 	{
-		is($skip_pin, '0', "$name: the look-ahead never ran out of pins");
+		is($pin_stalls, '0', "$name: the look-ahead never ran out of pins");
 	}
 
 	# The files written just before the crash are still in the kernel's page
