@@ -60,15 +60,8 @@ my $salvage_re =
 
 my $node = PostgreSQL::Test::Cluster->new('nvwal_ring_only');
 $node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-nvwal_path = 'nvwal'
-nvwal_size = 32MB
-checkpoint_timeout = 1h
-wal_writer_delay = 10s
-wal_writer_flush_after = 0
-autovacuum = off
-});
+$node->append_conf('postgresql.conf',
+	ring_only_settings() . "wal_writer_flush_after = 0\n");
 $node->start;
 
 is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),

@@ -34,14 +34,7 @@ $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
 my $node = PostgreSQL::Test::Cluster->new('nvwal_wal_switch');
 $node->init;
-$node->append_conf(
-	'postgresql.conf', q{
-nvwal_path = 'nvwal'
-nvwal_size = 32MB
-checkpoint_timeout = 1h
-wal_writer_delay = 10s
-autovacuum = off
-});
+$node->append_conf('postgresql.conf', ring_only_settings());
 $node->start;
 if (!$node->check_extension('injection_points'))
 {

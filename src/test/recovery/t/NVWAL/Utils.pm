@@ -35,8 +35,8 @@ use Exporter 'import';
 use PostgreSQL::Test::Utils;
 use Time::HiRes qw(usleep);
 
-our @EXPORT =
-  qw(proc_state wait_for_proc_state stop_walwriter crash_with_walwriter_stopped);
+our @EXPORT = qw(ring_only_settings proc_state wait_for_proc_state
+  stop_walwriter crash_with_walwriter_stopped);
 
 =pod
 
@@ -57,6 +57,28 @@ sub proc_state
 	close($fh);
 	return () unless defined $line && $line =~ /^\d+ \(.*\) (\S) (\d+) /s;
 	return ($1, $2);
+}
+
+=pod
+
+=item ring_only_settings()
+
+Settings for a node whose tests leave committed WAL in the ring only: a
+32MB ring in the data directory, and nothing that writes the ring back to
+pg_wal on its own while a test holds the WAL writer (no checkpoint by time,
+no autovacuum, the WAL writer idle for 10 s between rounds).
+
+=cut
+
+sub ring_only_settings
+{
+	return q{
+nvwal_path = 'nvwal'
+nvwal_size = 32MB
+checkpoint_timeout = 1h
+wal_writer_delay = 10s
+autovacuum = off
+};
 }
 
 =pod
