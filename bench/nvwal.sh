@@ -17,6 +17,14 @@
 # The report gives the median TPS per variant and client count, the ratios
 # against the targets, the commit latencies, and what pg_stat_nvwal counted.
 #
+# TPS on this shared machine varies between rounds by more than the
+# differences asked about.  So each measured run is also counted with
+# `perf stat -a` (CPU cycles and instructions of the whole machine, pgbench
+# included, divided by the transactions): at 4 and 8 clients both CPUs are
+# busy and throughput is what the CPUs can do per transaction, and these
+# counts repeat far better than times do.  COUNT_CPU=0 turns that off; it is
+# off by itself where perf cannot count.
+#
 # Needs root (servers run as the test user, who must own the tmpfs
 # directories) and the optimized builds, which it brings up to date with
 # tools/build (NO_BUILD=1 skips that).  nvwal-oncopy runs a build with
@@ -36,6 +44,7 @@ ROUNDS=${ROUNDS:-10}
 CLIENTS=${CLIENTS:-"1 4 8"}
 NVWAL_SIZE=${NVWAL_SIZE:-256MB}
 FSYNC_SECS=${FSYNC_SECS:-2}		# pg_test_fsync -s; 0 skips it
+COUNT_CPU=${COUNT_CPU:-1}
 WORK=${BENCH_DIR:-$BUILD/bench/nvwal}
 SHM=${BENCH_SHM:-/dev/shm/pg-nvwal-bench}
 OUT=${BENCH_OUT:-$TOP/bench/results}
@@ -97,8 +106,10 @@ pgv() {
 }
 
 started=()
+PERF_PID=
 cleanup() {
 	local rc=$? name
+	[ -z "$PERF_PID" ] || kill -INT "$PERF_PID" 2>/dev/null || true
 	for name in ${started[@]+"${started[@]}"}; do
 		[ -f "$(data_of "$name")/postmaster.pid" ] &&
 			pgv "$name" pg_ctl -D "$(data_of "$name")" -m fast stop >/dev/null 2>&1 ||
@@ -163,6 +174,31 @@ check_nvwal() {
 	fi
 }
 
+# Whether perf can count cycles and instructions for the whole machine here
+# (root, and a virtual machine that passes the counters through).
+cpu_counters_work() {
+	local out
+	out=$(perf stat -a -x, -e cycles,instructions -- true 2>&1 >/dev/null) || return 1
+	[ "$(awk -F, '$1 ~ /^[0-9]+$/ && ($3 ~ /^cycles/ || $3 ~ /^instructions/)' <<<"$out" | wc -l)" = 2 ]
+}
+
+# Start counting cycles and instructions on every CPU, in the background.
+start_cpu_count() {
+	perf stat -a -x, -e cycles,instructions -o "$WORK/perf.csv" &
+	PERF_PID=$!
+}
+
+# Stop it (in this shell: perf is its child) and leave "cycles=N,instructions=N"
+# in CPU_COUNT.
+stop_cpu_count() {
+	kill -INT "$PERF_PID"
+	wait "$PERF_PID" || true
+	PERF_PID=
+	CPU_COUNT=$(awk -F, '$1 ~ /^[0-9]+$/ && $3 ~ /^cycles/ {c = $1}
+		$1 ~ /^[0-9]+$/ && $3 ~ /^instructions/ {i = $1}
+		END {if (c != "" && i != "") printf "cycles=%s,instructions=%s", c, i}' "$WORK/perf.csv")
+}
+
 nvwal_counters() {
 	pgv "$1" psql -XAtq -F ' ' -c 'SELECT flushes, ring_full, written_back FROM pg_stat_nvwal'
 }
@@ -187,13 +223,19 @@ measure() {
 		-c "$clients" -j "$jobs" -T "$WARMUP" >/dev/null 2>&1 ||
 		die "$name: warm-up failed"
 	[[ ${BUILD_OF[$name]} == patched* ]] && before=$(nvwal_counters "$name")
+	[ "$COUNT_CPU" = 0 ] || start_cpu_count
 	out=$(pgv "$name" pgbench -n ${script[@]+"${script[@]}"} -c "$clients" -j "$jobs" -T "$DURATION" 2>&1) ||
 		{ echo "$out" >&2; die "$name: pgbench failed"; }
+	CPU_COUNT=
+	[ "$COUNT_CPU" = 0 ] || stop_cpu_count
 	if [ -n "$before" ]; then
 		after=$(nvwal_counters "$name")
 		read -r f0 r0 w0 <<<"$before"
 		read -r f1 r1 w1 <<<"$after"
 		stats="flushes=$((f1 - f0)),ring_full=$((r1 - r0)),written_back=$((w1 - w0))"
+	fi
+	if [ -n "$CPU_COUNT" ]; then
+		[ "$stats" = - ] && stats=$CPU_COUNT || stats+=",$CPU_COUNT"
 	fi
 	local tps lat txns
 	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
@@ -210,6 +252,11 @@ chmod 755 "$WORK"
 chmod 700 "$SHM"
 printf '\\set id random(1, 1000000000)\nINSERT INTO t VALUES (:id, now());\n' >"$WORK/insert.sql"
 chown "$TEST_USER:" "$WORK/insert.sql"
+
+if [ "$COUNT_CPU" != 0 ] && ! cpu_counters_work; then
+	say "perf cannot count cycles and instructions here: the report gives TPS only"
+	COUNT_CPU=0
+fi
 
 if [ "$FSYNC_SECS" != 0 ]; then
 	say "pg_test_fsync -s $FSYNC_SECS in $WORK, for context"

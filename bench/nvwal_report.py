@@ -40,6 +40,53 @@ def parse_stats(text):
     return {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}
 
 
+def per_txn(run, counter):
+    """A run's count of counter (perf stat) per transaction, or None."""
+    stats, txns = run[3], run[2]
+    return stats[counter] / txns if counter in stats and txns else None
+
+
+def cpu_report(tpcb, clients, names):
+    """CPU cycles and instructions per TPC-B transaction (the whole machine,
+    pgbench included), and their ratios between variants within a round.
+    Where both CPUs are busy, TPS is what they can do per transaction, and
+    these counts vary much less between rounds than TPS does."""
+    if not any(per_txn(r, "cycles") for c in clients for rs in tpcb[c].values() for r in rs):
+        return
+    print("\nCPU per TPC-B transaction, whole machine (perf stat -a; median over rounds,"
+          " in brackets the range over rounds as % of the median)")
+    for counter, unit in (("cycles", "kcycles"), ("instructions", "kinstr")):
+        print(f"\n  {counter + ' (' + unit + ')':<22}" + "".join(f"{str(c) + ' cl':>16}" for c in clients))
+        for n in names:
+            cells = []
+            for c in clients:
+                vals = [v for v in (per_txn(r, counter) for r in tpcb[c].get(n, [])) if v]
+                cells.append(f"{statistics.median(vals) / 1e3:>8.1f} [{spread(vals):4.1f}%]" if vals else "-")
+            print(f"  {n:<22}" + "".join(f"{cell:>16}" for cell in cells))
+
+    def ratios(a, b, c, counter):
+        pa = {r[4]: per_txn(r, counter) for r in tpcb[c].get(a, [])}
+        pb = {r[4]: per_txn(r, counter) for r in tpcb[c].get(b, [])}
+        return [pa[k] / pb[k] for k in pa if k in pb and pa[k] and pb[k]]
+
+    for counter in ("cycles", "instructions"):
+        print(f"\n  Ratios of {counter} per transaction (below 1: the first variant needs less;"
+              " median over rounds of the ratio within a round, 95% interval)")
+        for a, b in (("nvwal", "async"), ("nvwal", "tmpfs"), ("nvwal", "disk"), ("tmpfs", "async")):
+            within = [ratios(a, b, c, counter) for c in clients]
+            if not any(within):
+                continue
+            cells = []
+            for w in within:
+                if w:
+                    lo, hi = bootstrap_median_ci(w)
+                    cells.append(f"{statistics.median(w):.3f} ({lo:.3f}-{hi:.3f})")
+                else:
+                    cells.append("-")
+            print(f"  {a + ' / ' + b:<22}" + "".join(f"{cell:>22}" for cell in cells))
+        print(f"  {'clients':<22}" + "".join(f"{c:>22}" for c in clients))
+
+
 def main():
     work, out, description = sys.argv[1], sys.argv[2], sys.argv[3]
     # runs[kind][clients][variant] = [(tps, latency_ms, transactions, stats, round)]
@@ -123,6 +170,8 @@ def main():
                   f" client(s): this run cannot tell there")
     print("  (95% interval: percentile bootstrap of the median over rounds, 10000 resamples)")
 
+    cpu_report(tpcb, clients, names)
+
     commit = runs["commit"].get(1, {})
     if commit:
         print("\nCommit latency: one-row INSERT, autocommit, 1 client (pgbench latency average, median of rounds)")
@@ -140,7 +189,7 @@ def main():
     for kind, label in (("tpcb", "TPC-B"), ("commit", "INSERT")):
         for c in sorted(runs[kind]):
             for n, rs in runs[kind][c].items():
-                if not any(r[3] for r in rs):
+                if not any("flushes" in r[3] for r in rs):
                     continue
                 txns = sum(r[2] for r in rs)
                 f = sum(r[3].get("flushes", 0) for r in rs)

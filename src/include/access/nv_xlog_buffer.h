@@ -39,7 +39,8 @@ extern bool NvwalWanted(void);
 extern Size NvwalRingSize(void);
 extern char *NvwalAttach(const ControlFileData *controlFile);
 extern bool NvwalSalvageNeeded(void);
-extern void NvwalSalvage(void);
+extern void NvwalSalvage(uint64 recorded_id);
+extern void NvwalSalvageDone(void);
 extern uint64 NvwalRenewFileId(uint64 recorded_id);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 
@@ -49,7 +50,8 @@ extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
  * insertion lock, so that XLogFlush() has nothing left to write back.  By
  * default inserters use plain stores and XLogFlush() writes back the range
  * it needs with pmem_flush().  bench/nvwal.sh measures both (variant
- * nvwal-oncopy); on emulated pmem the default was faster, see README.nvwal.
+ * nvwal-oncopy); on emulated pmem the default was faster.  It is for
+ * measurement only: see README.nvwal for what it does not get right.
  */
 /* #define NVWAL_PERSIST_ON_COPY */
 

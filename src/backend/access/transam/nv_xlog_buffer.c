@@ -89,7 +89,8 @@ typedef struct NvwalFileHeader
 	uint64		timeline;		/* timeline of the WAL written to the ring */
 	uint64		clean;			/* 1: the ring holds nothing pg_wal lacks */
 	uint64		synced_upto;	/* WAL before this is fsynced in pg_wal */
-	uint64		previous_file_id;	/* file_id before the last renewal */
+	uint64		previous_file_id;	/* file_id before a renewal pg_control may
+									 * not have recorded yet, else 0 */
 } NvwalFileHeader;
 
 /* Statistics and state other processes show in pg_stat_nvwal */
@@ -692,18 +693,20 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 				 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
 
 	/*
-	 * pg_control names the run that last wrote WAL to the file.  A crash
-	 * between the renewal of the file's identifier and pg_control's record of
-	 * it leaves the previous identifier in pg_control and a clean file.
+	 * pg_control names the run that last wrote WAL to the file.  The file's
+	 * identifier changes before pg_control's record of it does, when a run
+	 * starts writing WAL and when a salvage takes the file's WAL; a crash in
+	 * between leaves the previous identifier in pg_control, and the file
+	 * keeps it as its previous one until pg_control has caught up.
 	 */
 	if (expected && hdr.file_id != controlFile->nvwalFileId &&
-		!(hdr.clean != 0 && hdr.previous_file_id == controlFile->nvwalFileId))
+		hdr.previous_file_id != controlFile->nvwalFileId)
 		ereport(FATAL,
 				(errcode(ERRCODE_DATA_CORRUPTED),
 				 errmsg("non-volatile WAL buffer file \"%s\" is not the file this server used before it stopped",
 						nvwal_path),
 				 errdetail("The server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used."),
-				 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.")));
+				 errhint("Restore that file, or point \"nvwal_path\" to it, and start the server again.  If a copy of this data directory has been started with the file since, that copy's pg_wal holds the WAL instead.")));
 
 	/*
 	 * A file inside the data directory of a server starting from a base
@@ -809,8 +812,12 @@ NvwalAttach(const ControlFileData *controlFile)
 	if (IsBootstrapProcessingMode())
 		return NULL;
 
+	/* After a crash restart, only shared memory is new */
 	if (nvwal_map != NULL)
+	{
+		NvwalShmem->is_pmem = nvwal_is_pmem;
 		return nvwal_ring;
+	}
 
 	/*
 	 * pg_control of a base backup, or of a pg_rewind target, describes the
@@ -1024,10 +1031,18 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
  * and only what the WAL writer had not written yet is written, so start-up
  * time does not grow with the ring size.
  *
+ * The file first gets a new identifier.  A copy of this data directory
+ * shares pg_control's identifier of the file (and, with an absolute
+ * nvwal_path, the file itself): once this salvage has moved the file's WAL
+ * into our pg_wal, such a copy must be refused, not find the file clean and
+ * recover without that WAL.  Until pg_control stops naming the file, the
+ * previous identifier, 'recorded_id', lets start-up repeat the salvage after
+ * a crash; the caller clears it with NvwalSalvageDone() afterwards.
+ *
  * Runs in the start-up process (or a single-user backend) before recovery.
  */
 void
-NvwalSalvage(void)
+NvwalSalvage(uint64 recorded_id)
 {
 #ifdef USE_LIBPMEM
 	XLogRecPtr	synced = nvwal_header->synced_upto;
@@ -1037,6 +1052,10 @@ NvwalSalvage(void)
 	TimeLineID	tli = (TimeLineID) nvwal_header->timeline;
 
 	Assert(NvwalSalvageNeeded());
+	Assert(recorded_id != 0);
+
+	nvwal_header_set(&nvwal_header->previous_file_id, recorded_id);
+	nvwal_header_set(&nvwal_header->file_id, nvwal_random_id());
 
 	/* Up to the last page with WAL, empty pages in between included */
 	for (ptr = start;
@@ -1062,6 +1081,19 @@ NvwalSalvage(void)
 	/* From now on the ring holds nothing pg_wal lacks */
 	nvwal_header_set(&nvwal_header->synced_upto, end);
 	nvwal_header_set(&nvwal_header->clean, 1);
+#endif
+}
+
+/*
+ * pg_control no longer names the file after a salvage: from now on, only
+ * the file's new identifier is accepted.
+ */
+void
+NvwalSalvageDone(void)
+{
+#ifdef USE_LIBPMEM
+	Assert(nvwal_header->clean != 0);
+	nvwal_header_set(&nvwal_header->previous_file_id, 0);
 #endif
 }
 
@@ -1093,6 +1125,8 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 		nvwal_persist(&page->xlp_magic, sizeof(page->xlp_magic));
 	}
 
+	/* pg_control has the renewed identifier: accept only that one now */
+	nvwal_header_set(&nvwal_header->previous_file_id, 0);
 	nvwal_header_set(&nvwal_header->timeline, tli);
 	nvwal_header_set(&nvwal_header->synced_upto, endOfLog);
 	nvwal_header_set(&nvwal_header->clean, 0);

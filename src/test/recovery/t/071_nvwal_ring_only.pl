@@ -212,6 +212,33 @@ SELECT pg_current_wal_insert_lsn();
 }
 kill('CONT', $walwriter) or die "could not resume the WAL writer: $!";
 
+# When a backend crashes, the postmaster reinitializes shared memory but
+# keeps the file mapped: the start-up process salvages the ring through that
+# mapping, and pg_stat_nvwal must still describe it.
+$node->safe_psql('postgres', 'ALTER SYSTEM SET restart_after_crash = on');
+$node->reload;
+my $victim = $node->background_psql('postgres', on_error_stop => 0);
+my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
+$node->safe_psql('postgres',
+	q{INSERT INTO t SELECT max(id) + 1, 'before a backend crash' FROM t});
+my $log_offset = -s $node->logfile;
+kill('KILL', $victim_pid) or die "could not kill backend $victim_pid: $!";
+$node->wait_for_log(qr/all server processes terminated; reinitializing/,
+	$log_offset);
+$node->wait_for_log(qr/database system is ready to accept connections/,
+	$log_offset);
+eval { $victim->quit; };
+ok( $node->log_contains(
+		qr/wrote WAL from .* from non-volatile WAL buffer file/, $log_offset),
+	'crash restart: start-up wrote the ring\'s tail to pg_wal');
+is( $node->safe_psql(
+		'postgres',
+		q{SELECT count(*) FROM t WHERE note = 'before a backend crash'}),
+	'1',
+	'crash restart: the last commit survived');
+is($node->safe_psql('postgres', 'SELECT is_pmem FROM pg_stat_nvwal'),
+	't', 'crash restart: pg_stat_nvwal still shows the file as pmem');
+
 unlike(slurp_file($node->logfile),
 	qr/PANIC|TRAP:/, 'no PANIC or assertion failure in the server log');
 

@@ -125,6 +125,14 @@ note
   . "synced_lsn $before->{synced_lsn} -> $after->{synced_lsn}";
 cmp_ok($after->{ring_full}, '>', $before->{ring_full},
 	'inserters found the ring full');
+# An inserter that finds the ring full writes back the rest of a segment,
+# as far as insertions have finished, not one page per fsync.
+cmp_ok(
+	($after->{written_back} - $before->{written_back}) /
+	  ($after->{ring_full} - $before->{ring_full} || 1),
+	'>',
+	4 * 8192,
+	'inserters that found the ring full wrote back several pages per stall');
 cmp_ok(
 	$after->{written_back},
 	'>',

@@ -21,6 +21,7 @@ use warnings FATAL => 'all';
 use Fcntl qw(:flock);
 use File::Copy;
 use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::RecursiveCopy;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use File::Spec;
@@ -556,8 +557,34 @@ refuse_substitute_then_restore(
 	'crash, then a copy of the file from before the last start');
 $node->stop;
 
+# (k) A crash, then a copy of the data directory, made before restarting the
+# server as one is advised to do, and sharing its file through an absolute
+# nvwal_path.  Whichever of the two starts first takes the file's WAL into
+# its pg_wal; the other must then be refused instead of finding the file
+# clean and recovering without that WAL.
+$node->start;
+$flush_lsn = crash_after_ring_only_commit($node, 'crash-k');
+PostgreSQL::Test::RecursiveCopy::copypath(
+	$datadir,
+	$node->backup_dir . '/crashed',
+	filterfn => sub { return $_[0] !~ /^nvwal/; });
+my $dircopy = PostgreSQL::Test::Cluster->new('dircopy');
+$dircopy->init_from_backup($node, 'crashed', standby => 0);
+$dircopy->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
+$offset = -s $dircopy->logfile;
+$dircopy->start;
+check_salvage($dircopy, $offset, $flush_lsn,
+	'copy of the crashed data directory');
+check_rows($dircopy, 'copy of the crashed data directory');
+$dircopy->stop;
+start_fails(
+	$node,
+	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
+	'crashed server after a copy of its data directory took the WAL');
+ok(-f $nvwal_file, 'the refused server left the file in place');
+
 # No server hit an assertion failure or a PANIC along the way.
-foreach my $n ($node, $copy, $other)
+foreach my $n ($node, $copy, $other, $dircopy)
 {
 	unlike(slurp_file($n->logfile),
 		qr/TRAP:|PANIC:/,

@@ -1,0 +1,109 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# A read the look-ahead starts may fail where redo never goes: here a block
+# with a bad checksum is referenced only by WAL past the recovery target.
+# Recovery must stop at the target and promote as it does without
+# prefetching; the damaged block must still be reported to whoever reads it
+# afterwards.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(has_archiving => 1, allows_streaming => 1);
+# Without full-page images, the update after the target is replayed by
+# reading its block, so the look-ahead reads it; autovacuum would add WAL
+# touching the table.
+$primary->append_conf(
+	'postgresql.conf', q{
+full_page_writes = off
+autovacuum = off
+});
+$primary->start;
+is($primary->safe_psql('postgres', 'SHOW data_checksums'),
+	'on', 'data checksums are on, so a damaged page fails verification');
+
+# VACUUM sets the hint bits the update would otherwise set, which could
+# log an image of the page first.
+$primary->safe_psql(
+	'postgres',
+	q{CREATE TABLE t (id int, pad text) WITH (fillfactor = 50);
+	  INSERT INTO t SELECT g, repeat('x', 100) FROM generate_series(1, 2000) g;
+	  VACUUM t;
+	  CREATE TABLE other (id int);});
+my $blkno = $primary->safe_psql('postgres',
+	q{SELECT (ctid::text::point)[0]::int FROM t WHERE id = 1000});
+my $relpath =
+  $primary->safe_psql('postgres', q{SELECT pg_relation_filepath('t')});
+$primary->safe_psql('postgres', 'CHECKPOINT');
+$primary->backup('backup');
+
+# Replayed: an insert and the restore point.  Not replayed: the update.
+$primary->safe_psql(
+	'postgres',
+	q{INSERT INTO other VALUES (1);
+	  SELECT pg_create_restore_point('before_update');
+	  UPDATE t SET pad = 'y' WHERE id = 1000;});
+my $segment = $primary->safe_psql('postgres',
+	'SELECT pg_walfile_name(pg_current_wal_lsn())');
+$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
+$primary->poll_query_until('postgres',
+	"SELECT last_archived_wal >= '$segment' FROM pg_stat_archiver")
+  or die "timed out waiting for $segment to be archived";
+
+# Damage the updated block in the backup, away from its header.
+my $file = $primary->backup_dir . "/backup/$relpath";
+open(my $fh, '+<', $file) or die "could not open $file: $!";
+binmode $fh;
+sysseek($fh, $blkno * 8192 + 2000, 0) or die "could not seek in $file: $!";
+my $byte;
+sysread($fh, $byte, 1) == 1 or die "could not read $file: $!";
+sysseek($fh, $blkno * 8192 + 2000, 0) or die "could not seek in $file: $!";
+syswrite($fh, chr(ord($byte) ^ 0xff)) == 1 or die "could not write $file: $!";
+close($fh) or die "could not close $file: $!";
+
+my $node = PostgreSQL::Test::Cluster->new('restored');
+$node->init_from_backup($primary, 'backup', has_restoring => 1);
+$node->append_conf(
+	'postgresql.conf', q{
+recovery_prefetch = on
+recovery_prefetch_method = read
+recovery_target_name = 'before_update'
+recovery_target_action = 'promote'
+});
+my $log_offset = -s $node->logfile;
+$node->start(fail_ok => 1);
+$node->wait_for_log(
+	qr/database system is ready to accept connections|startup process \(PID \d+\)/,
+	$log_offset);
+ok(!$node->log_contains(qr/startup process \(PID \d+\)/, $log_offset),
+	'the startup process did not fail');
+is($node->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
+	'f', 'recovery ended and the server was promoted');
+ok( $node->log_contains(
+		qr/recovery stopping at restore point "before_update"/, $log_offset),
+	'recovery stopped at the restore point');
+# Whoever completes a read logs a damaged page at once, to the server log
+# only; that the look-ahead's read did so shows it read the block.
+ok( $node->log_contains(qr/LOG:  invalid page in block $blkno/, $log_offset),
+	'the look-ahead read the damaged block');
+ok( !$node->log_contains(
+		qr/(?:ERROR|FATAL):  invalid page in block $blkno/, $log_offset),
+	'the damaged block raised no error during recovery');
+is($node->safe_psql('postgres', 'SELECT count(*) FROM other'),
+	'1', 'what came before the target was replayed');
+
+# Whoever reads the block still gets the error.
+my ($rc, $stdout, $stderr) =
+  $node->psql('postgres', "SELECT pad FROM t WHERE ctid = '($blkno,1)'");
+isnt($rc, 0, 'reading the damaged block fails');
+like(
+	$stderr,
+	qr/invalid page in block $blkno/,
+	'reading the damaged block reports it');
+
+$node->stop;
+done_testing();
