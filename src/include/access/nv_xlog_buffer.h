@@ -39,8 +39,7 @@ extern bool NvwalWanted(void);
 extern Size NvwalRingSize(void);
 extern char *NvwalAttach(const ControlFileData *controlFile);
 extern bool NvwalSalvageNeeded(void);
-extern void NvwalSalvage(uint64 recorded_id);
-extern void NvwalSalvageDone(void);
+extern void NvwalSalvage(void);
 extern uint64 NvwalRenewFileId(uint64 recorded_id);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 

@@ -890,13 +890,20 @@ NvwalAttach(const ControlFileData *controlFile)
 }
 
 /*
- * Give the file a new identifier for the run that is about to write WAL to
- * it, and return it for pg_control.  A copy of the file made before this run
- * then carries an older identifier, and after a crash start-up refuses such
- * a copy instead of missing the WAL only the file in use holds.  The header
- * is still clean: a crash before pg_control records the new identifier
- * leaves nothing to salvage, and start-up accepts the previous one.  That
- * must be the one pg_control holds now ('recorded_id', when it names a file):
+ * Give the file a new identifier, and return it for pg_control, before a
+ * run writes WAL to the file or a salvage takes WAL from it.
+ *
+ * Before a run: a copy of the file made before then carries an older
+ * identifier, and after a crash start-up refuses such a copy instead of
+ * missing the WAL only the file in use holds.  Before a salvage: a copy of
+ * the crashed data directory has the same pg_control, and with an absolute
+ * nvwal_path the same file; once our pg_control has the new identifier,
+ * that copy is refused instead of finding the file salvaged, and clean,
+ * without the WAL now in our pg_wal.
+ *
+ * Until pg_control records the new identifier, start-up accepts the
+ * previous one; NvwalStartWriting() and NvwalSalvage() forget it.  It must
+ * be the one pg_control holds now ('recorded_id', when it names a file):
  * start-up may have accepted this file by its previous identifier, and a
  * crash in the same window again must not make it unacceptable.
  */
@@ -904,7 +911,7 @@ uint64
 NvwalRenewFileId(uint64 recorded_id)
 {
 #ifdef USE_LIBPMEM
-	Assert(NvwalActive && nvwal_header->clean != 0);
+	Assert(NvwalActive);
 	nvwal_header_set(&nvwal_header->previous_file_id,
 					 recorded_id != 0 ? recorded_id : nvwal_header->file_id);
 	nvwal_header_set(&nvwal_header->file_id, nvwal_random_id());
@@ -1031,18 +1038,15 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
  * and only what the WAL writer had not written yet is written, so start-up
  * time does not grow with the ring size.
  *
- * The file first gets a new identifier.  A copy of this data directory
- * shares pg_control's identifier of the file (and, with an absolute
- * nvwal_path, the file itself): once this salvage has moved the file's WAL
- * into our pg_wal, such a copy must be refused, not find the file clean and
- * recover without that WAL.  Until pg_control stops naming the file, the
- * previous identifier, 'recorded_id', lets start-up repeat the salvage after
- * a crash; the caller clears it with NvwalSalvageDone() afterwards.
+ * The caller has renewed the file's identifier with NvwalRenewFileId() and
+ * recorded it in pg_control; from now on only that identifier is accepted,
+ * so that a copy of this data directory that shares the file is refused
+ * before any of its WAL has left the ring.
  *
  * Runs in the start-up process (or a single-user backend) before recovery.
  */
 void
-NvwalSalvage(uint64 recorded_id)
+NvwalSalvage(void)
 {
 #ifdef USE_LIBPMEM
 	XLogRecPtr	synced = nvwal_header->synced_upto;
@@ -1052,10 +1056,8 @@ NvwalSalvage(uint64 recorded_id)
 	TimeLineID	tli = (TimeLineID) nvwal_header->timeline;
 
 	Assert(NvwalSalvageNeeded());
-	Assert(recorded_id != 0);
 
-	nvwal_header_set(&nvwal_header->previous_file_id, recorded_id);
-	nvwal_header_set(&nvwal_header->file_id, nvwal_random_id());
+	nvwal_header_set(&nvwal_header->previous_file_id, 0);
 
 	/* Up to the last page with WAL, empty pages in between included */
 	for (ptr = start;
@@ -1081,19 +1083,6 @@ NvwalSalvage(uint64 recorded_id)
 	/* From now on the ring holds nothing pg_wal lacks */
 	nvwal_header_set(&nvwal_header->synced_upto, end);
 	nvwal_header_set(&nvwal_header->clean, 1);
-#endif
-}
-
-/*
- * pg_control no longer names the file after a salvage: from now on, only
- * the file's new identifier is accepted.
- */
-void
-NvwalSalvageDone(void)
-{
-#ifdef USE_LIBPMEM
-	Assert(nvwal_header->clean != 0);
-	nvwal_header_set(&nvwal_header->previous_file_id, 0);
 #endif
 }
 
