@@ -383,6 +383,20 @@ nvwal_open_locked(const char *path, bool temporary)
 	}
 }
 
+/* nvwal_path with symbolic links resolved, into dst[MAXPGPATH] */
+static void
+nvwal_resolve_path(char *dst)
+{
+	char	   *resolved = realpath(nvwal_path, NULL);
+
+	if (resolved == NULL)
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not resolve path \"%s\": %m", nvwal_path)));
+	strlcpy(dst, resolved, MAXPGPATH);
+	free(resolved);
+}
+
 /* Make a new or removed name in the directory of 'path' durable. */
 static void
 nvwal_fsync_parent(const char *path)
@@ -421,16 +435,7 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 	bool		installed = true;
 
 	if (replace)
-	{
-		char	   *resolved = realpath(nvwal_path, NULL);
-
-		if (resolved == NULL)
-			ereport(FATAL,
-					(errcode_for_file_access(),
-					 errmsg("could not resolve path \"%s\": %m", nvwal_path)));
-		strlcpy(target, resolved, sizeof(target));
-		free(resolved);
-	}
+		nvwal_resolve_path(target);
 	else
 		strlcpy(target, nvwal_path, sizeof(target));
 
@@ -637,19 +642,14 @@ nvwal_file_really_in_datadir(void)
 static void
 nvwal_make_durable(void)
 {
-	char	   *resolved;
+	char		resolved[MAXPGPATH];
 
 	if (pg_fsync(nvwal_lock_fd) != 0)
 		ereport(FATAL,
 				(errcode_for_file_access(),
 				 errmsg("could not fsync file \"%s\": %m", nvwal_path)));
-	resolved = realpath(nvwal_path, NULL);
-	if (resolved == NULL)
-		ereport(FATAL,
-				(errcode_for_file_access(),
-				 errmsg("could not resolve path \"%s\": %m", nvwal_path)));
+	nvwal_resolve_path(resolved);
 	nvwal_fsync_parent(resolved);
-	free(resolved);
 }
 
 /*
