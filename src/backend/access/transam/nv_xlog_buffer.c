@@ -653,6 +653,39 @@ nvwal_make_durable(void)
 }
 
 /*
+ * Refuse a file that belongs to another database system.  Even a clean one
+ * is left alone: two servers set up with one absolute path would otherwise
+ * take the file from each other, and only after one of them crashed would
+ * the other refuse.  What to do depends on whether this server needs its own
+ * file back ('expected') and whether the other one needs this one.
+ */
+static void
+nvwal_refuse_foreign_file(const NvwalFileHeader *hdr,
+						  const ControlFileData *controlFile, bool expected)
+{
+	ereport(FATAL,
+			(errcode(ERRCODE_OBJECT_IN_USE),
+			 errmsg("non-volatile WAL buffer file \"%s\" belongs to another database system",
+					nvwal_path),
+			 expected ?
+			 errdetail("The file's system identifier is %" PRIu64 ", but pg_control's is %" PRIu64 ".  This server did not shut down cleanly, and WAL it committed may exist only in the non-volatile WAL buffer file it used.",
+					   hdr->system_identifier,
+					   controlFile->system_identifier) :
+			 hdr->clean != 0 ?
+			 errdetail("The file's system identifier is %" PRIu64 ", but pg_control's is %" PRIu64 ".  The other system shut down cleanly, and the file holds no WAL it needs.",
+					   hdr->system_identifier,
+					   controlFile->system_identifier) :
+			 errdetail("The file's system identifier is %" PRIu64 ", but pg_control's is %" PRIu64 ".  The other system did not shut down cleanly, and the file may hold WAL it needs.",
+					   hdr->system_identifier,
+					   controlFile->system_identifier),
+			 expected ?
+			 errhint("Restore the file this server used, or point \"nvwal_path\" to it, and start the server again.") :
+			 hdr->clean != 0 ?
+			 errhint("Give every server its own \"nvwal_path\" (a relative path is taken relative to the data directory), or remove the file if no other server is set up to use it.") :
+			 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
+}
+
+/*
  * Decide whether the file may be used, creating it when that is safe.
  * Every refusal happens here, in the postmaster, before anything has been
  * written, and leaves the file untouched.
@@ -683,14 +716,7 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	}
 
 	if (hdr.system_identifier != controlFile->system_identifier)
-		ereport(FATAL,
-				(errcode(ERRCODE_OBJECT_IN_USE),
-				 errmsg("non-volatile WAL buffer file \"%s\" belongs to another database system",
-						nvwal_path),
-				 errdetail("The file's system identifier is %" PRIu64 ", but pg_control's is %" PRIu64 ".",
-						   hdr.system_identifier,
-						   controlFile->system_identifier),
-				 errhint("Give every server its own \"nvwal_path\"; a relative path is taken relative to the data directory.")));
+		nvwal_refuse_foreign_file(&hdr, controlFile, expected);
 
 	/*
 	 * pg_control names the run that last wrote WAL to the file.  The file's
@@ -1005,13 +1031,18 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 								XLogSegmentOffset(ptr, wal_segment_size));
 			if (written != (ssize_t) len)
 			{
+				bool		no_space;
+
 				if (errno == 0)
 					errno = ENOSPC;
+				no_space = (errno == ENOSPC);
 				ereport(PANIC,
 						(errcode_for_file_access(),
 						 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to segment %s: %m",
 								nvwal_path, segname),
-						 errhint("Make room in pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer until then.")));
+						 no_space ?
+						 errhint("Make room in pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer until then.") :
+						 errhint("Check the storage of pg_wal, and the persistent memory holding the non-volatile WAL buffer file, for errors; the WAL is kept in the file until the server has started.")));
 			}
 			ptr += len;
 		}

@@ -425,7 +425,7 @@ check_rows($node, 'first server after the second was refused');
 $node->stop;
 start_fails(
 	$other,
-	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" belongs to another database system/,
+	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" belongs to another database system\n[^\n]*DETAIL:  [^\n]*The other system shut down cleanly, and the file holds no WAL it needs\.\n[^\n]*HINT:  [^\n]*or remove the file if no other server is set up to use it\./,
 	'file of another cluster, other server stopped');
 $other->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
 $other->start;
@@ -439,7 +439,7 @@ $flush_lsn = crash_after_ring_only_commit($node, 'crash-f');
 copy($other->data_dir . '/nvwal', "$datadir/nvwal.other") or die "copy: $!";
 refuse_substitute_then_restore(
 	"$datadir/nvwal.other",
-	qr/non-volatile WAL buffer file "nvwal" belongs to another database system/,
+	qr/non-volatile WAL buffer file "nvwal" belongs to another database system\n[^\n]*DETAIL:  [^\n]*This server did not shut down cleanly[^\n]*\n[^\n]*HINT:  Restore the file this server used/,
 	$flush_lsn,
 	'crash, then the file of another cluster in place');
 

@@ -1,0 +1,116 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# A fast shutdown while restore_command runs ends the startup process from
+# its signal handler.  In archive recovery with recovery_prefetch_method =
+# read, the look-ahead runs restore_command when it reaches the end of a
+# segment, while reads it started for the records before may be in flight;
+# it now waits for them first, so that exit processing in the handler finds
+# only pins to release.  Under io_method = worker and io_uring, the server
+# must stop cleanly, and archive recovery go on after a restart.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(has_archiving => 1, allows_streaming => 1);
+$primary->append_conf(
+	'postgresql.conf', q{
+full_page_writes = off
+autovacuum = off
+});
+$primary->start;
+$primary->safe_psql(
+	'postgres',
+	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
+	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 50000) g;}
+);
+$primary->backup('backup');
+
+# Several segments of updates spread over the table.
+my $late_lsn;
+for my $i (1 .. 8)
+{
+	$primary->safe_psql('postgres',
+		"UPDATE t SET val = val + 1 WHERE id % 2 = $i % 2");
+	$late_lsn = $primary->lsn('insert') if $i == 6;
+}
+my $end_lsn = $primary->lsn('insert');
+my $last_segment = $primary->safe_psql('postgres',
+	'SELECT pg_walfile_name(pg_current_wal_lsn())');
+$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
+$primary->poll_query_until('postgres',
+	"SELECT last_archived_wal >= '$last_segment' FROM pg_stat_archiver")
+  or die "timed out waiting for $last_segment to be archived";
+
+# restore_command stalls on a segment well after the end of the backup (the
+# standby must reach a consistent state and accept connections first), once,
+# until the test lets it go.
+my $slow_segment =
+  $primary->safe_psql('postgres', "SELECT pg_walfile_name('$late_lsn')");
+my $archive = $primary->archive_dir;
+
+my @io_methods = ('worker');
+push @io_methods, 'io_uring' if check_pg_config('#define USE_LIBURING 1');
+
+foreach my $io_method (@io_methods)
+{
+	my $marker = "$PostgreSQL::Test::Utils::tmp_check/stalled_$io_method";
+	my $release = "$PostgreSQL::Test::Utils::tmp_check/released_$io_method";
+	my $standby = PostgreSQL::Test::Cluster->new("standby_$io_method");
+	$standby->init_from_backup($primary, 'backup');
+	$standby->append_conf(
+		'postgresql.conf', qq{
+shared_buffers = 1MB
+io_method = $io_method
+recovery_prefetch = on
+recovery_prefetch_method = read
+restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then touch "$marker"; while [ ! -e "$release" ]; do sleep 0.1; done; fi; cp "$archive/%f" "%p"'
+});
+	$standby->set_standby_mode;
+	$standby->start;
+	poll_until(sub { -e $marker })
+	  or die 'timed out waiting for restore_command to stall';
+
+	$standby->stop('fast');
+	append_to_file($release, '');
+	my $log = slurp_file($standby->logfile);
+	unlike(
+		$log,
+		qr/PANIC|TRAP|terminated by signal/,
+		"$io_method: no crash on a fast shutdown during restore_command");
+	like(
+		$log,
+		qr/database system is shut down/,
+		"$io_method: the standby shut down");
+
+	$standby->start;
+	$standby->poll_query_until('postgres',
+		"SELECT pg_last_wal_replay_lsn() >= '$end_lsn'")
+	  or die 'timed out waiting for the rest of the archive';
+	cmp_ok(
+		$standby->safe_psql(
+			'postgres', 'SELECT reads FROM pg_stat_recovery_prefetch'),
+		'>', 0,
+		"$io_method: prefetching with reads after the restart");
+	is( $standby->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
+		$primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
+		"$io_method: the standby restored everything from the archive");
+	$standby->stop;
+}
+
+sub poll_until
+{
+	my ($check) = @_;
+	for (1 .. $PostgreSQL::Test::Utils::timeout_default * 10)
+	{
+		return 1 if $check->();
+		usleep(100_000);
+	}
+	return 0;
+}
+
+done_testing();
