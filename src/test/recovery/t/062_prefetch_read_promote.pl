@@ -11,32 +11,13 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PrefetchRead::Utils;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(allows_streaming => 1);
-$primary->append_conf(
-	'postgresql.conf', q{
-full_page_writes = off
-wal_keep_size = 1GB
-max_wal_size = 1GB
-autovacuum = off
-});
-$primary->start;
-$primary->safe_psql(
-	'postgres',
-	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
-	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 50000) g;}
-);
-$primary->backup('backup');
-
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'backup', has_streaming => 1);
-$standby->append_conf(
-	'postgresql.conf', q{
-shared_buffers = 1MB
-recovery_prefetch = on
-recovery_prefetch_method = read
-});
+my $primary = primary_with_table('primary', 50000,
+	extra_conf => "wal_keep_size = 1GB\nmax_wal_size = 1GB\n");
+my $standby = read_mode_standby($primary, 'standby', has_streaming => 1);
 
 # A backlog for the standby to catch up on: updates spread over the table.
 sub make_backlog

@@ -10,31 +10,15 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PrefetchRead::Utils;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(has_archiving => 1, allows_streaming => 1);
-$primary->append_conf(
-	'postgresql.conf', q{
-full_page_writes = off
-autovacuum = off
-});
-$primary->start;
-$primary->safe_psql(
-	'postgres',
-	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
-	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 30000) g;}
-);
-$primary->backup('backup');
-
-my $standby = PostgreSQL::Test::Cluster->new('standby');
-$standby->init_from_backup($primary, 'backup', has_restoring => 1);
-$standby->append_conf(
-	'postgresql.conf', q{
-shared_buffers = 1MB
-recovery_prefetch = on
-recovery_prefetch_method = read
-wal_retrieve_retry_interval = 100ms
-});
+my $primary = primary_with_table('primary', 30000, archiving => 1);
+my $standby = read_mode_standby(
+	$primary, 'standby',
+	has_restoring => 1,
+	extra_conf => "wal_retrieve_retry_interval = 100ms\n");
 
 # Write, then archive everything written so far, and return where it ends.
 sub write_and_archive
@@ -46,12 +30,7 @@ sub write_and_archive
 			"UPDATE t SET val = val + $round WHERE id % 3 = $i % 3");
 	}
 	my $lsn = $primary->lsn('insert');
-	my $segment = $primary->safe_psql('postgres',
-		'SELECT pg_walfile_name(pg_current_wal_lsn())');
-	$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
-	$primary->poll_query_until('postgres',
-		"SELECT last_archived_wal >= '$segment' FROM pg_stat_archiver")
-	  or die "timed out waiting for $segment to be archived";
+	archive_current_segment($primary);
 	return $lsn;
 }
 

@@ -11,6 +11,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PrefetchRead::Utils;
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(has_archiving => 1, allows_streaming => 1);
@@ -47,12 +50,7 @@ $primary->safe_psql(
 	q{INSERT INTO other VALUES (1);
 	  SELECT pg_create_restore_point('before_update');
 	  UPDATE t SET pad = 'y' WHERE id = 1000;});
-my $segment = $primary->safe_psql('postgres',
-	'SELECT pg_walfile_name(pg_current_wal_lsn())');
-$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
-$primary->poll_query_until('postgres',
-	"SELECT last_archived_wal >= '$segment' FROM pg_stat_archiver")
-  or die "timed out waiting for $segment to be archived";
+archive_current_segment($primary);
 
 # Damage the updated block in the backup, away from its header.
 my $file = $primary->backup_dir . "/backup/$relpath";

@@ -14,21 +14,11 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use FindBin;
+use lib $FindBin::RealBin;
+use PrefetchRead::Utils;
 
-my $primary = PostgreSQL::Test::Cluster->new('primary');
-$primary->init(has_archiving => 1, allows_streaming => 1);
-$primary->append_conf(
-	'postgresql.conf', q{
-full_page_writes = off
-autovacuum = off
-});
-$primary->start;
-$primary->safe_psql(
-	'postgres',
-	q{CREATE TABLE t (id int PRIMARY KEY, val int, pad text);
-	  INSERT INTO t SELECT g, 0, repeat('x', 100) FROM generate_series(1, 50000) g;}
-);
-$primary->backup('backup');
+my $primary = primary_with_table('primary', 50000, archiving => 1);
 
 # Several segments of updates spread over the table.
 my $late_lsn;
@@ -39,12 +29,7 @@ for my $i (1 .. 8)
 	$late_lsn = $primary->lsn('insert') if $i == 6;
 }
 my $end_lsn = $primary->lsn('insert');
-my $last_segment = $primary->safe_psql('postgres',
-	'SELECT pg_walfile_name(pg_current_wal_lsn())');
-$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
-$primary->poll_query_until('postgres',
-	"SELECT last_archived_wal >= '$last_segment' FROM pg_stat_archiver")
-  or die "timed out waiting for $last_segment to be archived";
+archive_current_segment($primary);
 
 # restore_command stalls on a segment well after the end of the backup (the
 # standby must reach a consistent state and accept connections first), once,
@@ -60,14 +45,9 @@ foreach my $io_method (@io_methods)
 {
 	my $marker = "$PostgreSQL::Test::Utils::tmp_check/stalled_$io_method";
 	my $release = "$PostgreSQL::Test::Utils::tmp_check/released_$io_method";
-	my $standby = PostgreSQL::Test::Cluster->new("standby_$io_method");
-	$standby->init_from_backup($primary, 'backup');
-	$standby->append_conf(
-		'postgresql.conf', qq{
-shared_buffers = 1MB
-io_method = $io_method
-recovery_prefetch = on
-recovery_prefetch_method = read
+	my $standby = read_mode_standby(
+		$primary, "standby_$io_method",
+		extra_conf => qq{io_method = $io_method
 restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then touch "$marker"; while [ ! -e "$release" ]; do sleep 0.1; done; fi; cp "$archive/%f" "%p"'
 });
 	$standby->set_standby_mode;

@@ -22,6 +22,7 @@ use Test::More;
 use FindBin;
 use lib $FindBin::RealBin;
 use NVWAL::Utils;
+use PrefetchRead::Utils qw(archive_current_segment);
 
 if (!check_pg_config("#define USE_LIBPMEM 1"))
 {
@@ -269,12 +270,7 @@ is($subscriber->safe_psql('postgres', $query_accounts),
 
 # The archive: switch to a new segment, wait until the last one with data is
 # archived, and recover the backup taken before the crash from it.
-my $last_segment = $primary->safe_psql('postgres',
-	'SELECT pg_walfile_name(pg_current_wal_lsn())');
-$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
-$primary->poll_query_until('postgres',
-	"SELECT last_archived_wal >= '$last_segment' FROM pg_stat_archiver")
-  or die "timed out waiting for $last_segment to be archived";
+my $last_segment = archive_current_segment($primary);
 is( $primary->safe_psql(
 		'postgres', 'SELECT failed_count FROM pg_stat_archiver'),
 	'0',

@@ -1,0 +1,129 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+=pod
+
+=head1 NAME
+
+PrefetchRead::Utils - helpers for the tests of recovery prefetch with reads
+
+=head1 SYNOPSIS
+
+  use FindBin;
+  use lib $FindBin::RealBin;
+  use PrefetchRead::Utils;
+
+  my $primary = primary_with_table('primary', 50000, archiving => 1);
+  my $standby = read_mode_standby($primary, 'standby', has_restoring => 1);
+  ...
+  my $segment = archive_current_segment($primary);
+
+=head1 DESCRIPTION
+
+Most tests of recovery_prefetch_method = read replay updates spread over
+one table, on a standby or a restored backup whose buffer pool is far
+smaller than the table, so that redo needs blocks the look-ahead has to
+read.  These helpers set that up, and wait for WAL to reach the archive.
+
+=cut
+
+package PrefetchRead::Utils;
+
+use strict;
+use warnings FATAL => 'all';
+
+use Exporter 'import';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+
+our @EXPORT =
+  qw(primary_with_table read_mode_standby archive_current_segment);
+
+=pod
+
+=over
+
+=item primary_with_table(name, rows, %params)
+
+Start a primary that allows streaming, with a table t (id int primary key,
+val int, pad text) of the given number of rows, and take a base backup of
+it named 'backup'.  Full-page writes are off, so that redo reads the blocks
+it changes rather than restoring them from images, and autovacuum is off,
+so that only the test writes WAL for the table.
+
+Parameters: archiving => 1 archives the primary's WAL; extra_conf adds
+lines to its postgresql.conf.
+
+=cut
+
+sub primary_with_table
+{
+	my ($name, $rows, %params) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init(
+		allows_streaming => 1,
+		has_archiving => $params{archiving} // 0);
+	$node->append_conf('postgresql.conf',
+		"full_page_writes = off\nautovacuum = off\n"
+		  . ($params{extra_conf} // ''));
+	$node->start;
+	$node->safe_psql('postgres',
+			"CREATE TABLE t (id int PRIMARY KEY, val int, pad text);\n"
+		  . "INSERT INTO t SELECT g, 0, repeat('x', 100) "
+		  . "FROM generate_series(1, $rows) g;");
+	$node->backup('backup');
+	return $node;
+}
+
+=pod
+
+=item read_mode_standby(primary, name, %params)
+
+Create, but do not start, a node from the primary's backup 'backup' that
+replays with recovery_prefetch_method = read in a 1MB buffer pool.  The
+parameters are passed to init_from_backup (has_streaming, has_restoring,
+...), except extra_conf, which adds lines to its postgresql.conf.
+
+=cut
+
+sub read_mode_standby
+{
+	my ($primary, $name, %params) = @_;
+	my $extra_conf = delete $params{extra_conf} // '';
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init_from_backup($primary, 'backup', %params);
+	$node->append_conf('postgresql.conf',
+			"shared_buffers = 1MB\nrecovery_prefetch = on\n"
+		  . "recovery_prefetch_method = read\n"
+		  . $extra_conf);
+	return $node;
+}
+
+=pod
+
+=item archive_current_segment(node)
+
+Switch the node to a new WAL segment and wait until the one it was writing
+has been archived; return that segment's name.
+
+=cut
+
+sub archive_current_segment
+{
+	my ($node) = @_;
+	my $segment = $node->safe_psql('postgres',
+		'SELECT pg_walfile_name(pg_current_wal_lsn())');
+	$node->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	$node->poll_query_until('postgres',
+		"SELECT last_archived_wal >= '$segment' FROM pg_stat_archiver")
+	  or die "timed out waiting for $segment to be archived";
+	return $segment;
+}
+
+=pod
+
+=back
+
+=cut
+
+1;
