@@ -9,7 +9,7 @@
 # no nvwal_path, a missing file, another ring size, another file of the same
 # cluster, a file of another cluster, a file that is no NVWAL file at all, a
 # file another server is using, or a file holding another server's
-# unsalvaged WAL.  After each refusal, fixing the configuration must bring
+# unsalvaged WAL, or WAL pg_resetwal discarded.  After each refusal, fixing the configuration must bring
 # the server up with every committed transaction.  After a clean shutdown,
 # the ring can be resized or turned off freely.
 #
@@ -582,6 +582,36 @@ start_fails(
 	qr/non-volatile WAL buffer file "nvwal" is not the file this server used before it stopped/,
 	'crashed server after a copy of its data directory took the WAL');
 ok(-f $nvwal_file, 'the refused server left the file in place');
+
+# (l) A crash, then pg_resetwal, which discards the WAL in the ring with the
+# rest.  It must say so, and the server must then refuse the file, which
+# still holds WAL, until it is removed.
+$dircopy->start;
+crash_after_ring_only_commit($dircopy, 'crash-l');
+pop @committed;
+my ($stdout, $stderr) =
+  run_command([ 'pg_resetwal', '-f', $dircopy->data_dir ]);
+like(
+	$stderr,
+	qr/warning: WAL in the server's non-volatile WAL buffer file, if any, was discarded too\n.*hint: If the server then refuses to start because that file holds WAL, remove the file "nvwal_path" names\./s,
+	'pg_resetwal after a crash warns that the ring\'s WAL is discarded');
+is(nvwal_control($dircopy), 'no 0',
+	'pg_resetwal cleared the record of the NVWAL file');
+start_fails(
+	$dircopy,
+	qr/non-volatile WAL buffer file "\Q$nvwal_file\E" holds WAL of a server that did not shut down cleanly\n[^\n]*DETAIL:  [^\n]*or pg_resetwal discarded its WAL\./,
+	'pg_resetwal, then the unclean file');
+unlink($nvwal_file) or die "unlink: $!";
+$dircopy->start;
+is( $dircopy->safe_psql(
+		'postgres', 'SELECT count(*) FROM t WHERE tag = \'crash-k\''),
+	'1',
+	'pg_resetwal, then the file removed: the server starts with the data of before'
+);
+$dircopy->stop;
+($stdout, $stderr) = run_command([ 'pg_resetwal', $dircopy->data_dir ]);
+unlike($stderr, qr/non-volatile/,
+	'pg_resetwal after a clean shutdown does not warn about the file');
 
 # No server hit an assertion failure or a PANIC along the way.
 foreach my $n ($node, $copy, $other, $dircopy)
