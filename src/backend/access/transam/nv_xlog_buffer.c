@@ -1327,6 +1327,7 @@ pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		values[PG_STAT_GET_NVWAL_COLS] = {0};
 	bool		nulls[PG_STAT_GET_NVWAL_COLS] = {0};
+	XLogRecPtr	flushed_upto;
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -1344,8 +1345,16 @@ pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 	values[4] = Float8GetDatum((double) pg_atomic_read_u64(&NvwalShmem->flush_time) / 1000000.0);
 	values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->written));
 	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->ring_full));
-	values[7] = LSNGetDatum(pg_atomic_read_u64(&NvwalShmem->flushed_upto));
-	values[8] = LSNGetDatum(nvwal_header->synced_upto);
+
+	/* The ring holds no WAL until recovery has ended */
+	flushed_upto = pg_atomic_read_u64(&NvwalShmem->flushed_upto);
+	if (XLogRecPtrIsInvalid(flushed_upto))
+		nulls[7] = nulls[8] = true;
+	else
+	{
+		values[7] = LSNGetDatum(flushed_upto);
+		values[8] = LSNGetDatum(nvwal_header->synced_upto);
+	}
 
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;

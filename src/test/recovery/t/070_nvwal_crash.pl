@@ -6,7 +6,8 @@
 # Several clients commit single-row inserts into a ledger, and record every
 # insert whose completion the server acknowledged.  At a random moment the
 # postmaster and all of its children are killed with SIGKILL at once, as a
-# power loss would stop them, and the server is started again.  Every
+# power loss would stop them, the WAL not yet synced in pg_wal is lost as in
+# a power loss, and the server is started again.  Every
 # acknowledged row must then be there, each client's rows must have no gaps,
 # and nothing committed in earlier rounds may have been lost.  The ring is
 # small, four 1MB segments, so that it wraps around many times during the
@@ -107,8 +108,9 @@ log_statement = none
 });
 $node->start;
 
-is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
-	'1', 'the server uses a non-volatile WAL buffer');
+is($node->safe_psql('postgres', 'SELECT is_pmem FROM pg_stat_nvwal'),
+	't', 'the server uses a non-volatile WAL buffer, taken for pmem');
+my $nvwal_file = nvwal_file($node);
 
 # The rows are wide so that the ring wraps around often.
 $node->safe_psql(
@@ -140,6 +142,7 @@ my $logstart = -s $node->logfile;
 my $rows_so_far = 0;
 my $acked_total = 0;
 my $killed_total = 0;
+my $rounds_salvaged = 0;
 
 foreach my $round (1 .. $rounds)
 {
@@ -176,6 +179,7 @@ foreach my $round (1 .. $rounds)
 	my $delay = 0.05 + rand(0.45);
 	usleep(int($delay * 1_000_000));
 	$killed_total += crash_node($node);
+	my $synced = lose_unsynced_wal($node, $nvwal_file);
 
 	# The clients lose their connection and stop.
 	my %acked;
@@ -199,10 +203,15 @@ foreach my $round (1 .. $rounds)
 	my $logpos = -s $node->logfile;
 	$node->start;
 
-	ok( $node->log_contains(
-			qr/wrote WAL from \S+ to \S+ on timeline \d+ from non-volatile WAL buffer file "nvwal" to pg_wal/,
-			$logpos),
+	my ($from, $to) = slurp_file($node->logfile, $logpos) =~
+	  m{wrote WAL from (\S+) to (\S+) on timeline \d+ from non-volatile WAL buffer file "nvwal" to pg_wal};
+	ok(defined $to,
 		"round $round: start-up wrote the ring's durable tail to pg_wal");
+	# Whether the ring held WAL that pg_wal had lost depends on the moment.
+	$rounds_salvaged++
+	  if defined $to
+	  && $node->safe_psql('postgres', "SELECT '$to'::pg_lsn > '$synced'") eq
+	  't';
 
 	# Every acknowledged row is there.  So is at most the one insert each
 	# client had in flight, and no row is missing in between.
@@ -241,11 +250,10 @@ cmp_ok(
 	'the clients had commits acknowledged before the crashes');
 note "$acked_total acknowledged commits, $killed_total processes killed";
 
-# The ring wrapped around while the server ran.
-my ($lsn_bytes, $ring) = split /\|/,
-  $node->safe_psql('postgres',
-	"SELECT pg_current_wal_lsn() - '$lsn_start', size FROM pg_stat_nvwal");
-cmp_ok($lsn_bytes, '>', 2 * $ring, 'WAL written exceeds the ring twice');
+# And only if some crashes lost WAL that only the ring still held.
+cmp_ok($rounds_salvaged, '>', 0,
+	'some crashes found WAL in the ring that pg_wal had lost');
+note "$rounds_salvaged of $rounds crashes needed WAL from the ring";
 
 $node->command_checks_all(
 	[
