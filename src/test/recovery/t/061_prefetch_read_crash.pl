@@ -92,17 +92,14 @@ INSERT INTO t SELECT g, $round, 'late' FROM generate_series(20000 + $round * 100
 		],
 		"$name: pg_amcheck finds no corruption");
 
-	my ($method, $reads, $blocks_read, $reads_cached, $pin_stalls) =
+	my ($method, $reads, $reads_cached, $pin_stalls) =
 	  split /\|/,
 	  $node->safe_psql(
 		'postgres',
-		'SELECT method, reads, blocks_read, reads_cached, pin_stalls FROM pg_stat_recovery_prefetch'
+		'SELECT method, reads, reads_cached, pin_stalls FROM pg_stat_recovery_prefetch'
 	  );
 	is($method, 'read', "$name: crash recovery prefetched with reads");
 	cmp_ok($reads, '>', 0, "$name: reads were started during crash recovery");
-	cmp_ok($blocks_read, '>=', $reads, "$name: reads covered blocks");
-	cmp_ok($reads_cached, '<=', $reads,
-		"$name: cached reads are counted among the reads");
 
 	# With 16 buffers the look-ahead may hold one pin at a time, and must
 	# wait for redo to release it; with the default pool it never needs more
