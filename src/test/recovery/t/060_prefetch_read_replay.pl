@@ -9,7 +9,9 @@
 # under io_method = worker, io_method = io_uring and debug_io_direct = data,
 # with a buffer pool far smaller than the data, must end identical to a
 # standby that replays with prefetching off: the same pg_dumpall output, and
-# the same contents block by block.
+# the same contents block by block.  So must one under io_method = sync,
+# where asynchronous reads are not available and the method falls back to
+# read-ahead advice.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -35,7 +37,8 @@ my %variants = (
 	off => "recovery_prefetch = off\n",
 	worker => "recovery_prefetch = on\nio_method = worker\n",
 	direct => "recovery_prefetch = on\nio_method = worker\n"
-	  . "debug_io_direct = data\n",);
+	  . "debug_io_direct = data\n",
+	sync => "recovery_prefetch = on\nio_method = sync\n",);
 if (check_pg_config('#define USE_LIBURING 1'))
 {
 	$variants{io_uring} = "recovery_prefetch = on\nio_method = io_uring\n";
@@ -156,9 +159,18 @@ foreach my $name (grep { $_ ne 'off' } sort keys %variants)
 		$ref_blocks, "$name: same block contents as without prefetch");
 
 	# The reads really happened, through the buffer manager.
-	my ($method, $reads, $blocks_read) = split /\|/,
-	  $node->safe_psql('postgres',
-		'SELECT method, reads, blocks_read FROM pg_stat_recovery_prefetch');
+	my ($method, $reads, $blocks_read, $prefetch) = split /\|/,
+	  $node->safe_psql(
+		'postgres',
+		'SELECT method, reads, blocks_read, prefetch FROM pg_stat_recovery_prefetch'
+	  );
+	if ($name eq 'sync')
+	{
+		is($method, 'advice', "$name: falls back to advice");
+		is($reads, '0', "$name: no reads into shared buffers");
+		cmp_ok($prefetch, '>', 0, "$name: the kernel was advised");
+		next;
+	}
 	is($method, 'read', "$name: prefetching with reads");
 	cmp_ok($reads, '>', 0, "$name: reads were started");
 	# Whether neighbouring blocks were combined is not asserted here: a 1MB

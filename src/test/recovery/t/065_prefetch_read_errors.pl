@@ -63,15 +63,11 @@ sysseek($fh, $blkno * 8192 + 2000, 0) or die "could not seek in $file: $!";
 syswrite($fh, chr(ord($byte) ^ 0xff)) == 1 or die "could not write $file: $!";
 close($fh) or die "could not close $file: $!";
 
-my $node = PostgreSQL::Test::Cluster->new('restored');
-$node->init_from_backup($primary, 'backup', has_restoring => 1);
-$node->append_conf(
-	'postgresql.conf', q{
-recovery_prefetch = on
-recovery_prefetch_method = read
-recovery_target_name = 'before_update'
-recovery_target_action = 'promote'
-});
+my $node = read_mode_standby(
+	$primary, 'restored',
+	has_restoring => 1,
+	extra_conf => "recovery_target_name = 'before_update'\n"
+	  . "recovery_target_action = 'promote'\n");
 my $log_offset = -s $node->logfile;
 $node->start(fail_ok => 1);
 $node->wait_for_log(

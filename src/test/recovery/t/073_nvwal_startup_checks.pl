@@ -173,11 +173,20 @@ sub refuse_substitute_then_restore
 	start_fails($node, $pattern, $what);
 	unlink($nvwal_file) or die "unlink: $!";
 	rename("$datadir/nvwal.in-use", $nvwal_file) or die "rename: $!";
-	my $offset = -s $node->logfile;
-	$node->start;
-	check_salvage($node, $offset, $flush_lsn, "$what, file restored")
-	  if defined $flush_lsn;
-	check_rows($node, "$what, file restored");
+	start_and_check($node, $flush_lsn, "$what, file restored");
+	return;
+}
+
+# Start a node that must come up, and check that every committed row is
+# there.  After a crash ($flush_lsn set), the start must also have salvaged
+# the WAL that only the file held.
+sub start_and_check
+{
+	my ($n, $flush_lsn, $what) = @_;
+	my $offset = -s $n->logfile;
+	$n->start;
+	check_salvage($n, $offset, $flush_lsn, $what) if defined $flush_lsn;
+	check_rows($n, $what);
 	return;
 }
 
@@ -213,8 +222,7 @@ foreach my $bad ('24MB', '16MB')
 		"nvwal_size = $bad");
 }
 $node->adjust_conf('postgresql.conf', 'nvwal_size', '32MB');
-$node->start;
-check_rows($node, 'valid nvwal_size again');
+start_and_check($node, undef, 'valid nvwal_size again');
 
 # (b) A crash, then nvwal_path unset.
 my $flush_lsn = crash_after_ring_only_commit($node, 'crash-b');
@@ -228,10 +236,7 @@ like(
 	qr/HINT:  .*"nvwal_size" to 32MB/,
 	'crash, then no nvwal_path: the hint names the size to set');
 $node->adjust_conf('postgresql.conf', 'nvwal_path', "'nvwal'");
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn, 'nvwal_path set again');
-check_rows($node, 'nvwal_path set again');
+start_and_check($node, $flush_lsn, 'nvwal_path set again');
 is( nvwal_control($node),
 	"yes $ring_bytes",
 	'pg_control names the file again once the server writes to it');
@@ -246,11 +251,7 @@ $offset = start_fails(
 	'crash, then file missing');
 ok(!-e $nvwal_file, 'crash, then file missing: no new file created');
 $node->adjust_conf('postgresql.conf', 'nvwal_path', "'$datadir/nvwal.moved'");
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn,
-	'nvwal_path pointed to the moved file');
-check_rows($node, 'nvwal_path pointed to the moved file');
+start_and_check($node, $flush_lsn, 'nvwal_path pointed to the moved file');
 is($node->safe_psql('postgres', 'SELECT path FROM pg_stat_nvwal'),
 	"$datadir/nvwal.moved", 'pg_stat_nvwal shows the moved file');
 $node->stop;
@@ -288,10 +289,7 @@ like(
 	'crash, then the file truncated: the hint says to restore it');
 rename("$datadir/nvwal.whole", $nvwal_file) or die "rename: $!";
 
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn, 'nvwal_size restored');
-check_rows($node, 'nvwal_size restored');
+start_and_check($node, $flush_lsn, 'nvwal_size restored');
 
 # After a clean shutdown, the ring can be resized.  Keep a copy of the old
 # file for (e).
@@ -382,11 +380,7 @@ is( $copy->safe_psql(
 is($copy->safe_psql('postgres', 'SELECT path FROM pg_stat_nvwal'),
 	'nvwal', 'backup copy uses its own relative NVWAL file');
 $copy->stop;
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn,
-	'primary after the copy was refused');
-check_rows($node, 'primary after the copy was refused');
+start_and_check($node, $flush_lsn, 'primary after the copy was refused');
 
 # The same with an old copy of this server's own file that is unclean: the
 # server shut down cleanly since, so the file is not the one it needs.
@@ -509,8 +503,7 @@ ok(-l $nvwal_file && !-e "$datadir/nvwal.tmp",
 unlink($nvwal_file) or die "unlink: $!";
 
 rename("$datadir/nvwal.mine", $nvwal_file) or die "rename: $!";
-$node->start;
-check_rows($node, 'own file restored after foreign files');
+start_and_check($node, undef, 'own file restored after foreign files');
 
 # After a clean shutdown, NVWAL can be turned off.
 $node->stop;
@@ -525,8 +518,7 @@ is(nvwal_control($node), 'no 0',
 # Without NVWAL, a crash is an ordinary crash.
 commit_row($node, 'off-crash');
 $node->stop('immediate');
-$node->start;
-check_rows($node, 'crash with NVWAL off');
+start_and_check($node, undef, 'crash with NVWAL off');
 
 # And it can be turned on again, reusing the clean file.
 $node->stop;
@@ -538,10 +530,7 @@ is($node->safe_psql('postgres', 'SELECT count(*) FROM pg_stat_nvwal'),
 ok( !$node->log_contains(qr/replacing non-volatile WAL buffer file/, $offset),
 	'NVWAL on again: the clean file of the right size is reused');
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-on-again');
-$offset = -s $node->logfile;
-$node->start;
-check_salvage($node, $offset, $flush_lsn, 'NVWAL on again');
-check_rows($node, 'NVWAL on again');
+start_and_check($node, $flush_lsn, 'NVWAL on again');
 $node->stop;
 
 # A copy of the file made after a clean shutdown, before the server last
@@ -571,11 +560,7 @@ PostgreSQL::Test::RecursiveCopy::copypath(
 my $dircopy = PostgreSQL::Test::Cluster->new('dircopy');
 $dircopy->init_from_backup($node, 'crashed', standby => 0);
 $dircopy->adjust_conf('postgresql.conf', 'nvwal_path', "'$nvwal_file'");
-$offset = -s $dircopy->logfile;
-$dircopy->start;
-check_salvage($dircopy, $offset, $flush_lsn,
-	'copy of the crashed data directory');
-check_rows($dircopy, 'copy of the crashed data directory');
+start_and_check($dircopy, $flush_lsn, 'copy of the crashed data directory');
 $dircopy->stop;
 start_fails(
 	$node,
