@@ -3,9 +3,13 @@
 # patched server, side by side in one run, on copies of the same crashed
 # cluster.
 #
-# For each full_page_writes setting (ROWS), it makes one crashed cluster
-# (pgbench -i at SCALE, a checkpoint, DURATION seconds of pgbench -N with
-# CLIENTS clients, then an immediate stop).  Each variant then recovers a
+# For each row (ROWS), it makes one crashed cluster: pgbench -i at SCALE, a
+# checkpoint, then, for rows "on" and "off" (full_page_writes), DURATION
+# seconds of pgbench -N with CLIENTS clients, or, for row "ordered"
+# (full_page_writes off), a DELETE of every 20th row of pgbench_accounts and
+# a VACUUM of it, which change the table in block order, as bulk changes
+# do: the case where the look-ahead combines neighbouring blocks.  Then an
+# immediate stop.  Each variant then recovers a
 # fresh copy of it, after the page cache has been dropped, with the server in
 # a memory cgroup limited to MEMORY_LIMIT so that the data cannot all be
 # cached; the "cached" variants instead read every file of the copy into the
@@ -17,6 +21,12 @@
 #
 # Needs root (cgroup, drop_caches) and the optimized builds (make
 # bench-builds).  Usage: bench/recovery_prefetch.sh [VARIANT...]
+#
+# PREV=DIR compares a change to the patched server with the server before it:
+# DIR is an installation of the earlier patched build (for example a copy of
+# build/install/patched-opt made before rebuilding it), and the variants
+# prev_read_uring and prev_cached run it as ours_read_uring and ours_cached
+# run the current one.
 set -euo pipefail
 . "$(dirname "$0")/../tools/lib.sh"
 
@@ -36,20 +46,34 @@ VARIANTS=(
 	"vanilla_advice_deep|vanilla|recovery_prefetch = on;maintenance_io_concurrency = 100;wal_decode_buffer_size = 4MB|limited"
 	"ours_read_uring|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|limited"
 	"ours_read_worker|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = worker|limited"
+	"ours_read_single|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;io_combine_limit = 1|limited"
 	"ours_read_deep|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;maintenance_io_concurrency = 100;wal_decode_buffer_size = 4MB|limited"
 	"vanilla_direct|vanilla|recovery_prefetch = on;debug_io_direct = data|limited"
 	"ours_direct|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data|limited"
 	"vanilla_cached|vanilla|recovery_prefetch = off|cached"
 	"ours_cached|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|cached"
 )
+if [ -n "${PREV:-}" ]; then
+	VARIANTS+=(
+		"prev_read_uring|prev|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|limited"
+		"prev_cached|prev|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|cached"
+	)
+fi
 
 [ "$(id -u)" = 0 ] ||
 	die "this benchmark needs root: it drops the page cache and puts the server in a memory cgroup"
 
-bin_of() { echo "$INSTALL/$1-opt/bin"; }
+bin_of() {
+	if [ "$1" = prev ]; then
+		echo "$PREV/bin"
+	else
+		echo "$INSTALL/$1-opt/bin"
+	fi
+}
 for b in patched vanilla; do
 	[ -x "$(bin_of $b)/postgres" ] || die "no $b-opt build; run 'make bench-builds'"
 done
+[ -z "${PREV:-}" ] || [ -x "$PREV/bin/postgres" ] || die "PREV=$PREV has no bin/postgres"
 # The crashed clusters are made by the patched server, so that its runs can
 # report pg_stat_recovery_prefetch; vanilla's copies get pg_control in
 # vanilla's layout (bench/pg_control_vanilla.py, which compiles against both
@@ -125,17 +149,24 @@ CONF
 }
 
 make_crashed() {
-	local fpw=$1 dir=$WORK/crashed-fpw-$1
+	local row=$1 dir=$WORK/crashed-fpw-$1 fpw=$1
+	[ "$row" = ordered ] && fpw=off
 	[ -f "$dir/$DONE" ] && return
-	say "crashed cluster with full_page_writes = $fpw: $DURATION s of pgbench -N -c $CLIENTS"
 	rm -rf "$dir"
 	cp -a "$WORK/base" "$dir"
 	rm -f "$dir"/.done-patched*
 	echo "full_page_writes = $fpw" >>"$dir/postgresql.conf"
-	pg patched pg_ctl -D "$dir" -l "$WORK/crashed-$fpw.log" -w start >/dev/null
+	pg patched pg_ctl -D "$dir" -l "$WORK/crashed-$row.log" -w start >/dev/null
 	pg patched psql -qX -c checkpoint postgres
-	pg patched pgbench -N -c "$CLIENTS" -j "$CLIENTS" -T "$DURATION" postgres 2>&1 |
-		grep -E '^tps' || true
+	if [ "$row" = ordered ]; then
+		say "crashed cluster for row $row: DELETE of every 20th account, VACUUM"
+		pg patched psql -qX -c 'DELETE FROM pgbench_accounts WHERE aid % 20 = 0' \
+			-c 'VACUUM pgbench_accounts' postgres
+	else
+		say "crashed cluster with full_page_writes = $fpw: $DURATION s of pgbench -N -c $CLIENTS"
+		pg patched pgbench -N -c "$CLIENTS" -j "$CLIENTS" -T "$DURATION" postgres 2>&1 |
+			grep -E '^tps' || true
+	fi
 	pg patched pg_ctl -D "$dir" -m immediate stop >/dev/null
 	touch "$dir/$DONE"
 }
@@ -163,7 +194,7 @@ recover() {
 	fi
 	start_server "$build" "$copy" "$memory" "$log"
 	local stats=-
-	if [ "$build" = patched ]; then
+	if [ "$build" != vanilla ]; then
 		stats=$(pg patched psql -XAtq -d postgres -c \
 			"SELECT format('method=%s,reads=%s,blocks_read=%s,reads_cached=%s,read_waits=%s,pin_stalls=%s,prefetch=%s,hit=%s', method, reads, blocks_read, reads_cached, read_waits, pin_stalls, prefetch, hit) FROM pg_stat_recovery_prefetch")
 	fi
@@ -184,6 +215,7 @@ chown -R "$TEST_USER:" "$WORK"
 
 selected=("$@")
 results=$OUT/recovery-prefetch.txt
+[ "$ROWS" = "on off" ] || results=$OUT/recovery-prefetch-${ROWS// /-}.txt
 : >"$WORK/times"
 for fpw in $ROWS; do
 	for v in "${VARIANTS[@]}"; do
@@ -191,7 +223,7 @@ for fpw in $ROWS; do
 		if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
 			continue
 		fi
-		say "full_page_writes = $fpw: $name"
+		say "row $fpw: $name"
 		read -r t stats < <(recover "$fpw" "$name" "$build" "$settings" "$memory")
 		case $t in [0-9]*) ;; *) die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)" ;; esac
 		echo "$fpw $name $t $stats" | tee -a "$WORK/times"
@@ -200,5 +232,5 @@ done
 rm -rf "$WORK/copy"
 
 python3 "$TOP/bench/recovery_prefetch_report.py" "$WORK" "$OUT" \
-	"scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS, shared_buffers 128MB, memory limit $MEMORY_LIMIT" |
+	"scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS or the ordered changes, shared_buffers 128MB, memory limit $MEMORY_LIMIT" |
 	tee "$results"

@@ -15,6 +15,12 @@ START = re.compile(r"redo starts at ([0-9A-F]+)/([0-9A-F]+)")
 DONE = re.compile(r"redo done at ([0-9A-F]+)/([0-9A-F]+) .*elapsed: ([0-9.]+) s")
 
 
+def row_title(row):
+    if row == "ordered":
+        return "DELETE of every 20th account and VACUUM, full_page_writes = off"
+    return f"full_page_writes = {row}"
+
+
 def lsn(hi, lo):
     return (int(hi, 16) << 32) + int(lo, 16)
 
@@ -51,7 +57,7 @@ def main():
     print("Ratios are to vanilla_off of the same row; lower is faster.")
     for fpw, row in times.items():
         base = row.get("vanilla_off")
-        print(f"\nfull_page_writes = {fpw}")
+        print(f"\n{row_title(fpw)}")
         print(f"  {'variant':<19} {'redo s':>8} {'vs off':>8}  pg_stat_recovery_prefetch (ours)")
         for name, t in row.items():
             ratio = f"{t / base:8.2f}" if base else f"{'':>8}"
@@ -65,6 +71,11 @@ def main():
 
         advice = [n for n in ("vanilla_advice", "vanilla_advice_deep") if n in row]
         best_advice = min(advice, key=lambda n: row[n]) if advice else None
+        if "ours_read_single" in row and "ours_read_uring" in row:
+            print(f"  combining neighbours: ours_read_single (io_combine_limit = 1) / ours_read_uring: "
+                  f"{row['ours_read_single'] / row['ours_read_uring']:.2f}")
+        if fpw not in ("on", "off"):
+            continue  # the targets are for the pgbench rows
         for n in ("ours_read_uring", "ours_read_worker", "ours_read_deep"):
             if n in row and "vanilla_cached" in row:
                 check(f"{n} / vanilla_cached", None, row[n] / row["vanilla_cached"], 1.25)
@@ -99,7 +110,7 @@ def main():
         script = f"""
 set terminal png size 1000,600 noenhanced
 set output '{png}'
-set title 'Crash recovery progress, full_page_writes = {fpw}'
+set title 'Crash recovery progress, {row_title(fpw)}'
 set xlabel 'seconds since redo started'
 set ylabel 'WAL replayed (MB)'
 set key bottom right
