@@ -22,6 +22,12 @@
 # Needs root (cgroup, drop_caches) and the optimized builds (make
 # bench-builds).  Usage: bench/recovery_prefetch.sh [VARIANT...]
 #
+# ROUNDS=N (default 1) recovers each chosen variant N times per row, the
+# order rotated from round to round; the report gives median times, and
+# ratios taken within each round, then their median, with a bootstrap
+# interval: one run varies by 5-15% on this VM, more than some targets'
+# margins.  The plots show the last round.
+#
 # PREV=DIR compares a change to the patched server with the server before it:
 # DIR is an installation of the earlier patched build (for example a copy of
 # build/install/patched-opt made before rebuilding it), and the variants
@@ -35,6 +41,7 @@ DURATION=${DURATION:-120}
 CLIENTS=${CLIENTS:-4}
 MEMORY_LIMIT=${MEMORY_LIMIT:-1536M}
 ROWS=${ROWS:-"on off"}
+ROUNDS=${ROUNDS:-1}
 WORK=${BENCH_DIR:-$BUILD/bench/recovery-prefetch}
 OUT=${BENCH_OUT:-$TOP/bench/results}
 PORT=${BENCH_PORT:-54400}
@@ -217,20 +224,30 @@ selected=("$@")
 results=$OUT/recovery-prefetch.txt
 [ "$ROWS" = "on off" ] || results=$OUT/recovery-prefetch-${ROWS// /-}.txt
 : >"$WORK/times"
+chosen=()
+for v in "${VARIANTS[@]}"; do
+	name=${v%%|*}
+	if [ ${#selected[@]} -eq 0 ] || printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
+		chosen+=("$v")
+	fi
+done
+[ ${#chosen[@]} -gt 0 ] || die "no variant named ${selected[*]}"
 for fpw in $ROWS; do
-	for v in "${VARIANTS[@]}"; do
-		IFS='|' read -r name build settings memory <<<"$v"
-		if [ ${#selected[@]} -gt 0 ] && ! printf '%s\n' "${selected[@]}" | grep -qx "$name"; then
-			continue
-		fi
-		say "row $fpw: $name"
-		read -r t stats < <(recover "$fpw" "$name" "$build" "$settings" "$memory")
-		case $t in [0-9]*) ;; *) die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)" ;; esac
-		echo "$fpw $name $t $stats" | tee -a "$WORK/times"
+	for round in $(seq 1 "$ROUNDS"); do
+		# Rotate the order of the variants by one each round, so that drift
+		# of the machine does not always favour the same ones.
+		rot=$(((round - 1) % ${#chosen[@]}))
+		for v in "${chosen[@]:rot}" "${chosen[@]:0:rot}"; do
+			IFS='|' read -r name build settings memory <<<"$v"
+			say "row $fpw, round $round/$ROUNDS: $name"
+			read -r t stats < <(recover "$fpw" "$name" "$build" "$settings" "$memory")
+			case $t in [0-9]*) ;; *) die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)" ;; esac
+			echo "$fpw $name $t $stats $round" | tee -a "$WORK/times"
+		done
 	done
 done
 rm -rf "$WORK/copy"
 
 python3 "$TOP/bench/recovery_prefetch_report.py" "$WORK" "$OUT" \
-	"scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS or the ordered changes, shared_buffers 128MB, memory limit $MEMORY_LIMIT" |
+	"scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS or the ordered changes, shared_buffers 128MB, memory limit $MEMORY_LIMIT, $ROUNDS round(s)" |
 	tee "$results"

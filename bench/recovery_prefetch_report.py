@@ -7,8 +7,11 @@ usage: recovery_prefetch_report.py WORKDIR OUTDIR DESCRIPTION
 import collections
 import os
 import re
+import statistics
 import subprocess
 import sys
+
+from benchstats import bootstrap_median_ci, spread
 
 PROGRESS = re.compile(r"redo in progress, elapsed time: ([0-9.]+) s, current LSN: ([0-9A-F]+)/([0-9A-F]+)")
 START = re.compile(r"redo starts at ([0-9A-F]+)/([0-9A-F]+)")
@@ -42,49 +45,84 @@ def progress(path):
     return points
 
 
-def main():
-    work, out, description = sys.argv[1], sys.argv[2], sys.argv[3]
+def read_times(work):
+    """{row: {variant: {round: seconds}}} and the last pg_stat_recovery_prefetch
+    line of each of ours, from the times file (one line per recovery:
+    row, variant, seconds, the view's figures or "-", round)."""
     times = collections.OrderedDict()
     prefetch_stats = {}
     with open(os.path.join(work, "times")) as f:
         for line in f:
-            fpw, name, seconds, stats = (line.split() + ["-"])[:4]
-            times.setdefault(fpw, collections.OrderedDict())[name] = float(seconds)
+            fields = line.split()
+            row, name, seconds = fields[:3]
+            stats = fields[3] if len(fields) > 3 else "-"
+            rnd = fields[4] if len(fields) > 4 else "1"
+            times.setdefault(row, collections.OrderedDict()).setdefault(name, {})[int(rnd)] = float(seconds)
             if stats != "-":
-                prefetch_stats[(fpw, name)] = stats
+                prefetch_stats[(row, name)] = stats
+    return times, prefetch_stats
+
+
+def within_rounds(row, num, den):
+    """num / den in each round that ran both; num and den are variant names,
+    or lists of them, of which the fastest in that round counts."""
+    def best(names, rnd):
+        ts = [row[n][rnd] for n in ([names] if isinstance(names, str) else names)
+              if n in row and rnd in row[n]]
+        return min(ts) if ts else None
+    rounds = sorted({r for runs in row.values() for r in runs})
+    pairs = [(best(num, r), best(den, r)) for r in rounds]
+    return [a / b for a, b in pairs if a is not None and b is not None]
+
+
+def main():
+    work, out, description = sys.argv[1], sys.argv[2], sys.argv[3]
+    times, prefetch_stats = read_times(work)
+    rounds = max(len(runs) for row in times.values() for runs in row.values())
 
     print(f"Crash recovery, redo time in seconds ({description})")
-    print("Ratios are to vanilla_off of the same row; lower is faster.")
+    if rounds > 1:
+        print("Times are medians over the rounds, spread their range as a percentage of the median.")
+        print("Ratios are taken within each round and their median is given, with a 95% bootstrap")
+        print("interval of it; lower is faster.  vs off is the ratio to vanilla_off of the same row.")
+    else:
+        print("Ratios are to vanilla_off of the same row; lower is faster.")
     for fpw, row in times.items():
-        base = row.get("vanilla_off")
         print(f"\n{row_title(fpw)}")
-        print(f"  {'variant':<19} {'redo s':>8} {'vs off':>8}  pg_stat_recovery_prefetch (ours)")
-        for name, t in row.items():
-            ratio = f"{t / base:8.2f}" if base else f"{'':>8}"
-            print(f"  {name:<19} {t:8.1f} {ratio}  {prefetch_stats.get((fpw, name), '')}")
+        print(f"  {'variant':<19} {'redo s':>8} {'spread':>8} {'vs off':>8}  pg_stat_recovery_prefetch (ours, last round)")
+        for name, runs in row.items():
+            t = statistics.median(runs.values())
+            vs_off = within_rounds(row, name, "vanilla_off")
+            ratio = f"{statistics.median(vs_off):8.2f}" if vs_off else f"{'':>8}"
+            sp = f"{spread(list(runs.values())):7.0f}%" if len(runs) > 1 else f"{'':>8}"
+            print(f"  {name:<19} {t:8.1f} {sp} {ratio}  {prefetch_stats.get((fpw, name), '')}")
 
-        def check(label, ok_value, value, target, lower_is_pass=True):
-            if value is None:
+        def check(label, values, target, lower_is_pass=True):
+            if not values:
                 return
+            value = statistics.median(values)
             ok = value <= target if lower_is_pass else value >= target
-            print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.2f} (target {'<=' if lower_is_pass else '>='} {target})")
+            interval = ""
+            if len(values) > 1:
+                lo, hi = bootstrap_median_ci(values)
+                interval = f", interval {lo:.2f}-{hi:.2f} over {len(values)} rounds"
+            print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.2f} "
+                  f"(target {'<=' if lower_is_pass else '>='} {target}{interval})")
 
         advice = [n for n in ("vanilla_advice", "vanilla_advice_deep") if n in row]
-        best_advice = min(advice, key=lambda n: row[n]) if advice else None
-        if "ours_read_single" in row and "ours_read_uring" in row:
+        single = within_rounds(row, "ours_read_single", "ours_read_uring")
+        if single:
             print(f"  combining neighbours: ours_read_single (io_combine_limit = 1) / ours_read_uring: "
-                  f"{row['ours_read_single'] / row['ours_read_uring']:.2f}")
+                  f"{statistics.median(single):.2f}")
         if fpw not in ("on", "off"):
             continue  # the targets are for the pgbench rows
         for n in ("ours_read_uring", "ours_read_worker", "ours_read_deep"):
-            if n in row and "vanilla_cached" in row:
-                check(f"{n} / vanilla_cached", None, row[n] / row["vanilla_cached"], 1.25)
-            if n in row and best_advice:
-                check(f"{best_advice} (vanilla's better advice) / {n}", None, row[best_advice] / row[n], 1.3, False)
-        if "ours_direct" in row and "vanilla_direct" in row:
-            check("vanilla_direct / ours_direct", None, row["vanilla_direct"] / row["ours_direct"], 2.5, False)
-        if "ours_cached" in row and "vanilla_cached" in row:
-            check("ours_cached / vanilla_cached", None, row["ours_cached"] / row["vanilla_cached"], 1.05)
+            check(f"{n} / vanilla_cached", within_rounds(row, n, "vanilla_cached"), 1.25)
+            if advice:
+                check(f"vanilla's better advice ({', '.join(advice)}) / {n}",
+                      within_rounds(row, advice, n), 1.3, False)
+        check("vanilla_direct / ours_direct", within_rounds(row, "vanilla_direct", "ours_direct"), 2.5, False)
+        check("ours_cached / vanilla_cached", within_rounds(row, "ours_cached", "vanilla_cached"), 1.05)
 
     # One plot per row, one line per variant.
     for fpw, row in times.items():

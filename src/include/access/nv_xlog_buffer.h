@@ -24,6 +24,14 @@ extern PGDLLIMPORT char *nvwal_path;
 extern PGDLLIMPORT int nvwal_size;
 
 /*
+ * Largest nvwal_size, in MB (2047 for any XLOG_BLCKSZ): the ring's pages are
+ * counted in an int, as wal_buffers' are.  Two segments must fit, so WAL
+ * segments of 1GB cannot be used with a non-volatile WAL buffer.
+ */
+#define NVWAL_SIZE_MAX_MB \
+	((INT_MAX / XLOG_BLCKSZ) / ((1024 * 1024) / XLOG_BLCKSZ))
+
+/*
  * True once the WAL buffers of this server live in the NVWAL file.  Set
  * while the postmaster (or a single-user backend) creates shared memory and
  * inherited by every child process.

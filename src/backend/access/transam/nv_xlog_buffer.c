@@ -870,6 +870,14 @@ NvwalAttach(const ControlFileData *controlFile)
 		size_t		maplen;
 		int			is_pmem;
 
+		if (2 * (wal_segment_size / (1024 * 1024)) > NVWAL_SIZE_MAX_MB)
+			ereport(FATAL,
+					(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+					 errmsg("a non-volatile WAL buffer cannot be used with a WAL segment size of %dMB",
+							wal_segment_size / (1024 * 1024)),
+					 errdetail("\"nvwal_size\" must be at least two segments, and can be at most %dMB.",
+							   NVWAL_SIZE_MAX_MB),
+					 errhint("Set \"nvwal_path\" to an empty string, or use a cluster initialized with a smaller WAL segment size (initdb --wal-segsize).")));
 		if (ring_size % wal_segment_size != 0 ||
 			ring_size < 2 * (Size) wal_segment_size)
 			ereport(FATAL,
