@@ -991,6 +991,15 @@ nvwal_page_is_valid(XLogRecPtr pageptr)
 	return true;
 }
 
+/* The timeline of the (valid) ring page at 'pageptr' */
+static TimeLineID
+nvwal_page_tli(XLogRecPtr pageptr)
+{
+	XLogPageHeader page = (XLogPageHeader) (nvwal_ring + pageptr % nvwal_ring_size);
+
+	return page->xlp_tli;
+}
+
 /*
  * Does the (valid) ring page at 'pageptr' hold any WAL?  Pages are
  * initialized ahead of insertion, so the ring can hold empty pages beyond
@@ -1069,13 +1078,13 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
  * reads pg_wal as usual and finds the end of WAL as usual.
  *
  * The ring pages after the header's synced_upto are scanned in LSN order up
- * to the first page that is not the page of its address, and written up to
- * the last one that holds WAL.  Every page before the durable end is valid,
- * because WAL is made durable in LSN order; pages after it may or may not
- * be, just like unflushed writes to pg_wal, and recovery stops at the first
- * record that fails validation.  Only page headers are read beyond the WAL,
- * and only what the WAL writer had not written yet is written, so start-up
- * time does not grow with the ring size.
+ * to the first page that is not the page of its address on the crashed
+ * run's timeline, and written up to the last one that holds WAL.  Every page
+ * before the durable end is valid, because WAL is made durable in LSN order;
+ * pages after it may or may not be, just like unflushed writes to pg_wal,
+ * and recovery stops at the first record that fails validation.  Only page
+ * headers are read beyond the WAL, and only what the WAL writer had not
+ * written yet is written, so start-up time does not grow with the ring size.
  *
  * The caller has renewed the file's identifier with NvwalRenewFileId() and
  * recorded it in pg_control; from now on only that identifier is accepted,
@@ -1098,9 +1107,18 @@ NvwalSalvage(void)
 
 	nvwal_header_set(&nvwal_header->previous_file_id, 0);
 
-	/* Up to the last page with WAL, empty pages in between included */
+	/*
+	 * Up to the last page with WAL, empty pages in between included.  A run
+	 * writes on one timeline, the header's, so a page after the first one on
+	 * another timeline was left by an earlier run: after a point-in-time
+	 * recovery that reused this file, a page of the abandoned history, past
+	 * the recovery target, which this run had not overwritten yet.  Only the
+	 * first page may be older: the partial page that start-up copied into the
+	 * ring from the history it recovered.
+	 */
 	for (ptr = start;
-		 ptr < start + nvwal_ring_size && nvwal_page_is_valid(ptr);
+		 ptr < start + nvwal_ring_size && nvwal_page_is_valid(ptr) &&
+		 (ptr == start || nvwal_page_tli(ptr) == tli);
 		 ptr += XLOG_BLCKSZ)
 	{
 		if (nvwal_page_has_data(ptr))
@@ -1141,8 +1159,10 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 	 * still hold the page of that address from an earlier history: after a
 	 * point-in-time recovery, WAL past the recovery target, which continues
 	 * the record chain.  A salvage after a crash before the first insertion
-	 * would write it to pg_wal and recovery would replay it.  Invalidate the
-	 * slot so that the scan stops there.
+	 * would write it to pg_wal and recovery would replay it: as the first
+	 * page of the scan, it would be accepted whatever its timeline.
+	 * Invalidate the slot so that the scan stops there.  Later slots are told
+	 * apart by their timeline (see NvwalSalvage()).
 	 */
 	if (endOfLog % XLOG_BLCKSZ == 0)
 	{
