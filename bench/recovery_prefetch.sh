@@ -24,9 +24,9 @@
 #
 # ROUNDS=N (default 1) recovers each chosen variant N times per row, the
 # order rotated from round to round; the report gives median times, and
-# ratios taken within each round, then their median, with a bootstrap
-# interval: one run varies by 5-15% on this VM, more than some targets'
-# margins.  The plots show the last round.
+# ratios taken within each round, then their median and range: one run
+# varies by 5-15% on this VM, more than some targets' margins.  The plots
+# show the last round.
 #
 # PREV=DIR compares a change to the patched server with the server before it:
 # DIR is an installation of the earlier patched build (for example a copy of
@@ -205,6 +205,7 @@ recover() {
 		stats=$(pg patched psql -XAtq -d postgres -c \
 			"SELECT format('method=%s,reads=%s,blocks_read=%s,reads_cached=%s,read_waits=%s,pin_stalls=%s,prefetch=%s,hit=%s', method, reads, blocks_read, reads_cached, read_waits, pin_stalls, prefetch, hit) FROM pg_stat_recovery_prefetch")
 	fi
+	[ -n "$stats" ] || stats=-
 	pg "$build" pg_ctl -D "$copy" -m immediate stop >/dev/null
 	[ -z "$locker" ] || kill "$locker"
 	echo "$(sed -n 's/.*redo done at .* elapsed: \([0-9.]*\) s.*/\1/p' "$log") $stats"

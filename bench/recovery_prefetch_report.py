@@ -83,8 +83,10 @@ def main():
     print(f"Crash recovery, redo time in seconds ({description})")
     if rounds > 1:
         print("Times are medians over the rounds, spread their range as a percentage of the median.")
-        print("Ratios are taken within each round and their median is given, with a 95% bootstrap")
-        print("interval of it; lower is faster.  vs off is the ratio to vanilla_off of the same row.")
+        print("Ratios are taken within each round and their median is given, with their range")
+        print("(and, from ten rounds on, a 95% bootstrap interval of the median; with fewer, that")
+        print("interval is about the range); lower is faster.  vs off is the ratio to vanilla_off")
+        print("of the same row.  The times of each round follow each row's table.")
     else:
         print("Ratios are to vanilla_off of the same row; lower is faster.")
     for fpw, row in times.items():
@@ -104,11 +106,18 @@ def main():
             ok = value <= target if lower_is_pass else value >= target
             interval = ""
             if len(values) > 1:
+                interval = f", range {min(values):.2f}-{max(values):.2f} over {len(values)} rounds"
+            if len(values) >= 10:
                 lo, hi = bootstrap_median_ci(values)
-                interval = f", interval {lo:.2f}-{hi:.2f} over {len(values)} rounds"
+                interval += f", interval {lo:.2f}-{hi:.2f}"
             print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.2f} "
                   f"(target {'<=' if lower_is_pass else '>='} {target}{interval})")
 
+        if rounds > 1:
+            print("  per round (s): " + "; ".join(
+                f"{name} " + " ".join(f"{runs[r]:.2f}" if r in runs else "-"
+                                      for r in range(1, rounds + 1))
+                for name, runs in row.items()))
         advice = [n for n in ("vanilla_advice", "vanilla_advice_deep") if n in row]
         single = within_rounds(row, "ours_read_single", "ours_read_uring")
         if single:

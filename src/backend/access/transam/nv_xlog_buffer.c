@@ -1109,16 +1109,17 @@ NvwalSalvage(void)
 
 	/*
 	 * Up to the last page with WAL, empty pages in between included.  A run
-	 * writes on one timeline, the header's, so a page after the first one on
-	 * another timeline was left by an earlier run: after a point-in-time
-	 * recovery that reused this file, a page of the abandoned history, past
-	 * the recovery target, which this run had not overwritten yet.  Only the
-	 * first page may be older: the partial page that start-up copied into the
-	 * ring from the history it recovered.
+	 * writes on one timeline, the header's, so a page on another timeline was
+	 * left by an earlier run: after a point-in-time recovery that reused this
+	 * file, a page of the abandoned history, past the recovery target, which
+	 * this run had not overwritten yet.  Only the partial page that start-up
+	 * copied into the ring from the history it recovered may be older, and
+	 * only while synced_upto still points into it.
 	 */
 	for (ptr = start;
 		 ptr < start + nvwal_ring_size && nvwal_page_is_valid(ptr) &&
-		 (ptr == start || nvwal_page_tli(ptr) == tli);
+		 (nvwal_page_tli(ptr) == tli ||
+		  (ptr == start && synced % XLOG_BLCKSZ != 0));
 		 ptr += XLOG_BLCKSZ)
 	{
 		if (nvwal_page_has_data(ptr))
@@ -1159,10 +1160,12 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 	 * still hold the page of that address from an earlier history: after a
 	 * point-in-time recovery, WAL past the recovery target, which continues
 	 * the record chain.  A salvage after a crash before the first insertion
-	 * would write it to pg_wal and recovery would replay it: as the first
-	 * page of the scan, it would be accepted whatever its timeline.
-	 * Invalidate the slot so that the scan stops there.  Later slots are told
-	 * apart by their timeline (see NvwalSalvage()).
+	 * would write it to pg_wal and recovery would replay it.  Invalidate the
+	 * slot so that the scan stops there.  The scan also stops at a page of
+	 * another timeline (see NvwalSalvage()), which covers this slot and the
+	 * later ones, unless the abandoned history had the same timeline ID (one
+	 * reused because its history file was lost); for this slot, where such a
+	 * page would continue the record chain, one store settles it.
 	 */
 	if (endOfLog % XLOG_BLCKSZ == 0)
 	{

@@ -2,15 +2,18 @@
 # Copyright (c) 2026, PostgreSQL Global Development Group
 
 # A standby catching up with recovery_prefetch_method = read must shut down
-# promptly on a fast shutdown, and promote, while its look-ahead has reads in
-# flight: neither may wait for more WAL or leave buffers behind.  A reload
-# while it catches up must not disturb replay either.  After
-# promotion it has replayed everything the primary wrote, and takes writes.
+# promptly on a fast shutdown, and promote, while its look-ahead reads ahead:
+# neither may wait for more WAL or leave buffers behind.  A reload while it
+# catches up must not disturb replay either.  After promotion it has
+# replayed everything the primary wrote, and takes writes.  Then a second
+# standby is asked to promote while a read its startup process started is
+# held in flight by an injection point in the I/O worker.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(usleep);
 use FindBin;
 use lib $FindBin::RealBin;
 use PrefetchRead::Utils;
@@ -69,4 +72,79 @@ $standby->safe_psql('postgres', 'UPDATE t SET val = -1 WHERE id = 1');
 is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
 	'-1', 'the promoted standby takes writes');
 
+# Above, reads are seldom in flight at the moment that matters: with
+# buffered I/O most complete at once in the startup process.  Here a
+# promotion is requested while a read the startup process started is held
+# in flight, deterministically: under direct I/O every read goes to the
+# one I/O worker, which an injection point stops before it performs the
+# read.  Promotion must then complete, once the read is let go, with every
+# update replayed and nothing leaked.  The session that lets the worker go is opened beforehand, and
+# runs its queries once first, so that it needs no read meanwhile.
+if ($ENV{enable_injection_points} ne 'yes'
+	|| !$primary->check_extension('injection_points'))
+{
+	note 'injection points not available: skipping the held read';
+	done_testing();
+	exit;
+}
+$primary->safe_psql('postgres',
+	'CREATE EXTENSION injection_points; CREATE EXTENSION pg_buffercache;');
+my $held = read_mode_standby(
+	$primary, 'held',
+	has_streaming => 1,
+	extra_conf => "shared_buffers = 16MB\nio_method = worker\n"
+	  . "io_workers = 1\ndebug_io_direct = data\n");
+$held->start;
+$primary->wait_for_replay_catchup($held);
+
+my $point = 'aio-worker-after-reopen';
+my $startup_reads = q{
+SELECT count(*) > 0 FROM pg_aios
+WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
+  AND operation = 'readv' AND state = 'SUBMITTED'};
+my $worker_held = qq{
+SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'io worker' AND wait_event = '$point'};
+my $session = $held->background_psql('postgres');
+$session->query_safe($_)
+  for ($startup_reads, $worker_held, 'SELECT pg_is_in_recovery()');
+$session->query_safe(
+	"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
+$session->query_safe("SELECT injection_points_attach('$point', 'wait')");
+
+$primary->safe_psql('postgres',
+	'UPDATE t SET val = val + 1 WHERE id % 50 = 0');
+$expected =
+  $primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t');
+ok( poll_session($session, $worker_held),
+	'the I/O worker is held before a read');
+ok( poll_session($session, $startup_reads),
+	'the startup process has a read in flight');
+
+$session->query_safe('SELECT pg_promote(false)');
+$session->query_safe("SELECT injection_points_detach('$point')");
+$session->query_safe("SELECT injection_points_wakeup('$point')");
+$session->quit;
+
+$held->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'timed out waiting for the promotion';
+is($held->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
+	$expected, 'promoted after the held read, with every update');
+ok( !$held->log_contains(
+		'TRAP|leaked|resource was not closed|server process .* terminated'),
+	'no leak or failure in the log of the standby');
+
 done_testing();
+
+# Run a query in the session until it returns true, or time out.
+sub poll_session
+{
+	my ($sess, $query) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		return 1 if $sess->query_safe($query) eq 't';
+		usleep(100_000);
+	}
+	return 0;
+}

@@ -20,16 +20,16 @@ use FindBin;
 use lib $FindBin::RealBin;
 use PrefetchRead::Utils;
 
-my $primary = primary_with_table('primary', 100,
-	extra_conf => "wal_keep_size = 1GB\nmax_wal_size = 1GB\n");
+my $primary = primary_with_table('primary', 100, archiving => 1);
 my $standby = read_mode_standby(
 	$primary, 'standby',
-	has_streaming => 1,
+	has_restoring => 1,
 	extra_conf => "shared_buffers = 32MB\n");
 
-# Everything below is replayed in one go when the standby starts: the
-# source's blocks are in its buffer pool, just replayed and dirty, when the
-# look-ahead meets the updates after the copy.
+# Everything below is archived before the standby starts, and replayed from
+# the archive in one go: the source's blocks are in its buffer pool, just
+# replayed and dirty, when the look-ahead meets the updates after the copy,
+# which are already there to read ahead, whatever the timing.
 $primary->safe_psql('postgres', 'CREATE DATABASE source');
 $primary->safe_psql(
 	'source', q{
@@ -44,9 +44,13 @@ my $query = 'SELECT count(*), sum(val) FROM s';
 my $expected_source = $primary->safe_psql('source', $query);
 my $expected_copy = $primary->safe_psql('copy', $query);
 is($expected_copy, '20000|0', 'the copy on the primary predates the update');
+my $end_lsn = $primary->lsn('insert');
+archive_current_segment($primary);
 
 $standby->start;
-$primary->wait_for_replay_catchup($standby);
+$standby->poll_query_until('postgres',
+	"SELECT pg_last_wal_replay_lsn() >= '$end_lsn'")
+  or die 'timed out waiting for the standby to replay the archive';
 
 is($standby->safe_psql('source', $query),
 	$expected_source, 'the standby has the update of the source');

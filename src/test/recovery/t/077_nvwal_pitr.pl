@@ -9,8 +9,9 @@
 # recovery target, with the addresses the new timeline reuses.  If the
 # server crashes before it has overwritten them, the salvage at start-up
 # must stop where this run's WAL ends.  Without that it would copy the old
-# pages into the new timeline's segments.  Recovery would then replay them
-# if a record of the new history happened to end where an old one began.
+# pages into the new timeline's segments.  Recovery would replay the first
+# of them, right after the partial page start-up copied in, if a record of
+# the new history happened to end where an old one began.
 # The test puts the old pages back after the crash, in the slots past the
 # last page this run wrote: the state of a crash that came before the WAL
 # writer initialized those slots.
@@ -73,7 +74,7 @@ $pitr->start;
 $pitr->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'timed out waiting for the promotion';
 is($pitr->safe_psql('postgres', 'SHOW nvwal_path'),
-	$nvwal_file, 'the restored copy reuses the clean file');
+	$nvwal_file, 'the restored copy is set to use the same file');
 $pitr->safe_psql('postgres', "INSERT INTO t VALUES (2, 'new history')");
 $pitr->stop('immediate');
 
