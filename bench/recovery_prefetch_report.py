@@ -110,7 +110,7 @@ def main():
             if len(values) >= 10:
                 lo, hi = bootstrap_median_ci(values)
                 interval += f", interval {lo:.2f}-{hi:.2f}"
-            print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.2f} "
+            print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.3f} "
                   f"(target {'<=' if lower_is_pass else '>='} {target}{interval})")
 
         if rounds > 1:
