@@ -87,6 +87,27 @@ prepare_test_user() {
 	done
 }
 
+# Tests that fill a file system (a full pg_wal, an NVWAL file that does
+# not fit) get a small one of their own: a 32MB tmpfs owned by the test
+# user, named by PG_TEST_SMALL_FS and unmounted when the calling script
+# exits.  Without root, or where mounting fails, it is not set and those
+# tests skip.
+mount_small_fs() {
+	[ "$(id -u)" = 0 ] || return 0
+	local dir
+	dir=$(mktemp -d /tmp/pg-small-fs.XXXXXX)
+	if mount -t tmpfs -o "size=32m,mode=0700,uid=$(id -u "$TEST_USER"),gid=$(id -g "$TEST_USER")" \
+		pg-small-fs "$dir"; then
+		export PG_TEST_SMALL_FS=$dir
+		# Lazily: a server a failed test left running may still use it.
+		# shellcheck disable=SC2064
+		trap "umount -l '$dir' && rmdir '$dir'" EXIT
+	else
+		rmdir "$dir"
+		say "could not mount a small file system; tests that fill one will skip"
+	fi
+}
+
 # Let the test user write in these trees (tests write next to their
 # sources, make check into the build directory) without taking ownership of
 # them from root.

@@ -11,7 +11,8 @@
  * completed pages to the segment files and fsyncs them as usual, and a ring
  * page is reused only after that.  After a crash, the durable tail that is
  * in the ring but not yet in pg_wal is written to pg_wal before recovery
- * begins, so everything that reads WAL keeps reading segment files.
+ * begins, so recovery, archiving and base backups keep reading segment
+ * files.
  *
  * This file owns the file itself: creating and validating it at start-up
  * (refusing to start whenever doing so could lose committed WAL), its
@@ -120,7 +121,9 @@ static char nvwal_datadir_relpath[MAXPGPATH];
 
 /* Message written by the SIGBUS handler, prepared while it is safe */
 static char nvwal_sigbus_msg[MAXPGPATH + 256];
+static char nvwal_sigbus_adrerr_msg[MAXPGPATH + 256];
 static int	nvwal_sigbus_msg_len = 0;
+static int	nvwal_sigbus_adrerr_msg_len = 0;
 static struct sigaction nvwal_prev_sigbus;
 
 
@@ -231,10 +234,12 @@ nvwal_header_set(uint64 *field, uint64 value)
 }
 
 /*
- * A media error on the mapping raises SIGBUS.  Report it, naming the file,
- * and abort; the postmaster then restarts, and if the start-up process hits
- * the same error while salvaging, the server stops instead of looping.
- * Only async-signal-safe calls here: the message was formatted earlier.
+ * A media error on the mapping raises SIGBUS, and so does a page past the end
+ * of a file truncated under us, or one the file system had no space for.
+ * Report it, naming the file, and abort; the postmaster then restarts, and if
+ * the start-up process hits the same error while salvaging, the server stops
+ * instead of looping.  Only async-signal-safe calls here: the messages were
+ * formatted earlier.
  */
 static void
 nvwal_sigbus_handler(int signo, siginfo_t *info, void *context)
@@ -244,7 +249,15 @@ nvwal_sigbus_handler(int signo, siginfo_t *info, void *context)
 	if (nvwal_map != NULL && addr >= nvwal_map &&
 		addr < nvwal_map + nvwal_map_len)
 	{
-		if (write(STDERR_FILENO, nvwal_sigbus_msg, nvwal_sigbus_msg_len) < 0)
+		const char *msg = nvwal_sigbus_msg;
+		int			len = nvwal_sigbus_msg_len;
+
+		if (info->si_code == BUS_ADRERR)
+		{
+			msg = nvwal_sigbus_adrerr_msg;
+			len = nvwal_sigbus_adrerr_msg_len;
+		}
+		if (write(STDERR_FILENO, msg, len) < 0)
 			 /* nothing more we can do */ ;
 		abort();
 	}
@@ -253,19 +266,34 @@ nvwal_sigbus_handler(int signo, siginfo_t *info, void *context)
 	sigaction(SIGBUS, &nvwal_prev_sigbus, NULL);
 }
 
+/* Format a message for the SIGBUS handler into buf; returns its length */
+static int
+nvwal_format_sigbus_msg(char *buf, size_t size, const char *error,
+						const char *cause, const char *hint)
+{
+	int			len;
+
+	len = snprintf(buf, size,
+				   "PANIC:  %s accessing non-volatile WAL buffer file \"%s\"%s\n"
+				   "HINT:  %s  WAL that was committed but is not yet in pg_wal is only in that file.\n",
+				   error, nvwal_path, cause, hint);
+	return Min(len, (int) size - 1);
+}
+
 static void
 nvwal_install_sigbus_handler(void)
 {
 	struct sigaction act;
 
 	nvwal_sigbus_msg_len =
-		snprintf(nvwal_sigbus_msg, sizeof(nvwal_sigbus_msg),
-				 "PANIC:  media error (SIGBUS) accessing non-volatile WAL buffer file \"%s\"\n"
-				 "HINT:  Check the persistent-memory device and its file system. "
-				 "WAL that was committed but is not yet in pg_wal is only in that file.\n",
-				 nvwal_path);
-	nvwal_sigbus_msg_len = Min(nvwal_sigbus_msg_len,
-							   (int) sizeof(nvwal_sigbus_msg) - 1);
+		nvwal_format_sigbus_msg(nvwal_sigbus_msg, sizeof(nvwal_sigbus_msg),
+								"media error (SIGBUS)", "",
+								"Check the persistent-memory device and its file system.");
+	nvwal_sigbus_adrerr_msg_len =
+		nvwal_format_sigbus_msg(nvwal_sigbus_adrerr_msg,
+								sizeof(nvwal_sigbus_adrerr_msg),
+								"SIGBUS", ": the file was truncated, or its file system has no space for it",
+								"Restore the file's size, or free space on its file system.");
 
 	memset(&act, 0, sizeof(act));
 	act.sa_sigaction = nvwal_sigbus_handler;
@@ -637,12 +665,29 @@ nvwal_file_really_in_datadir(void)
 
 /*
  * The file may have been installed by a server that crashed before it made
- * that durable; make sure before WAL is committed in it.
+ * that durable; make sure before WAL is committed in it.  It may also have
+ * holes, if it was copied back with a tool that skips zeros (cp, tar -S or
+ * rsync -S): allocate them now, so that a full file system is an error here
+ * rather than a SIGBUS when an inserter first writes a page there.
  */
 static void
-nvwal_make_durable(void)
+nvwal_make_durable(off_t filesize)
 {
 	char		resolved[MAXPGPATH];
+
+#ifdef HAVE_POSIX_FALLOCATE
+	int			rc = posix_fallocate(nvwal_lock_fd, 0, filesize);
+
+	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+	{
+		errno = rc;
+		ereport(FATAL,
+				(errcode_for_file_access(),
+				 errmsg("could not allocate space for non-volatile WAL buffer file \"%s\": %m",
+						nvwal_path),
+				 errhint("Free space on the file system of the file; do not remove the file.")));
+	}
+#endif
 
 	if (pg_fsync(nvwal_lock_fd) != 0)
 		ereport(FATAL,
@@ -797,7 +842,7 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 
 	if (!replace)
 	{
-		nvwal_make_durable();
+		nvwal_make_durable(filesize);
 		return;
 	}
 
@@ -1020,6 +1065,21 @@ nvwal_page_has_data(XLogRecPtr pageptr)
 	return first_len != 0;
 }
 
+/*
+ * Error context for the salvage.  Creating a segment can fail in
+ * XLogFileInit(), whose message does not say that the WAL it was to receive
+ * is still safe in the ring.
+ */
+static void
+nvwal_salvage_error_callback(void *arg)
+{
+	XLogRecPtr *range = (XLogRecPtr *) arg;
+
+	errcontext("writing WAL from %X/%08X to %X/%08X, still kept in non-volatile WAL buffer file \"%s\", to pg_wal",
+			   LSN_FORMAT_ARGS(range[0]), LSN_FORMAT_ARGS(range[1]),
+			   nvwal_path);
+}
+
 /* Write ring pages [from, to) to the segment files of 'tli' and fsync them */
 static void
 nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
@@ -1043,29 +1103,34 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			Size		len = Min(Min(to, segend) - ptr, nvwal_ring_size - off);
 			ssize_t		written;
 
+			/*
+			 * Nothing is marked as written before the segments are fsynced,
+			 * so a failure needs no PANIC: the next start writes it all
+			 * again.
+			 */
 			errno = 0;
 			written = pg_pwrite(fd, nvwal_ring + off, len,
 								XLogSegmentOffset(ptr, wal_segment_size));
-			if (written != (ssize_t) len)
+			if (written <= 0)
 			{
 				bool		no_space;
 
 				if (errno == 0)
 					errno = ENOSPC;
 				no_space = (errno == ENOSPC);
-				ereport(PANIC,
+				ereport(FATAL,
 						(errcode_for_file_access(),
 						 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to segment %s: %m",
 								nvwal_path, segname),
 						 no_space ?
-						 errhint("Make room in pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer until then.") :
+						 errhint("Free space on the file system of pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer file until then.  Do not remove files from pg_wal, nor that file.") :
 						 errhint("Check the storage of pg_wal, and the persistent memory holding the non-volatile WAL buffer file, for errors; the WAL is kept in the file until the server has started.")));
 			}
-			ptr += len;
+			ptr += written;
 		}
 		issue_xlog_fsync(fd, segno, tli);
 		if (close(fd) != 0)
-			ereport(PANIC,
+			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not close file \"%s\": %m", segname)));
 	}
@@ -1128,9 +1193,19 @@ NvwalSalvage(void)
 
 	if (end > start)
 	{
+		ErrorContextCallback errcallback;
+		XLogRecPtr	range[2] = {start, end};
+
+		errcallback.callback = nvwal_salvage_error_callback;
+		errcallback.arg = range;
+		errcallback.previous = error_context_stack;
+		error_context_stack = &errcallback;
+
 		SetInstallXLogFileSegmentActive();
 		nvwal_write_to_segments(start, end, tli);
 		ResetInstallXLogFileSegmentActive();
+
+		error_context_stack = errcallback.previous;
 	}
 
 	ereport(LOG,
