@@ -11,7 +11,9 @@
 # file another server is using, or a file holding another server's
 # unsalvaged WAL, or WAL pg_resetwal discarded.  After each refusal, fixing the configuration must bring
 # the server up with every committed transaction.  After a clean shutdown,
-# the ring can be resized or turned off freely.
+# the ring can be resized or turned off freely.  A cluster with 1GB WAL
+# segments, for which no ring size works, is refused with a message that
+# says so.
 #
 # Commits before each crash are made while the WAL writer is stopped, so
 # that their WAL is durable only in the ring, and each crash loses what was
@@ -598,8 +600,31 @@ $dircopy->stop;
 unlike($stderr, qr/non-volatile/,
 	'pg_resetwal after a clean shutdown does not warn about the file');
 
+# (m) WAL segments of 1GB.  No ring of two segments fits under the maximum
+# nvwal_size, and the refusal must say so, rather than ask for a size that
+# cannot be set.
+my $bigseg = PostgreSQL::Test::Cluster->new('bigseg');
+$bigseg->init(extra => [ '--wal-segsize' => 1024 ]);
+$bigseg->append_conf(
+	'postgresql.conf', q{
+nvwal_path = 'nvwal'
+nvwal_size = 2047MB
+});
+start_fails(
+	$bigseg,
+	'a non-volatile WAL buffer cannot be used with a WAL segment size of 1024MB',
+	'1GB WAL segments');
+like(
+	slurp_file($bigseg->logfile),
+	qr/HINT:  Set "nvwal_path" to an empty string, or use a cluster initialized with a smaller WAL segment size/,
+	'1GB WAL segments: the hint says what can be done');
+ok(!-e $bigseg->data_dir . '/nvwal', '1GB WAL segments: no file is created');
+$bigseg->append_conf('postgresql.conf', "nvwal_path = ''");
+$bigseg->start;
+$bigseg->stop;
+
 # No server hit an assertion failure or a PANIC along the way.
-foreach my $n ($node, $copy, $other, $dircopy)
+foreach my $n ($node, $copy, $other, $dircopy, $bigseg)
 {
 	unlike(slurp_file($n->logfile),
 		qr/TRAP:|PANIC:/,
