@@ -100,6 +100,8 @@ mount_small_fs() {
 		pg-small-fs "$dir"; then
 		export PG_TEST_SMALL_FS=$dir
 		# Lazily: a server a failed test left running may still use it.
+		# This is the callers' only EXIT trap; one of their own would
+		# replace it.
 		# shellcheck disable=SC2064
 		trap "umount -l '$dir' && rmdir '$dir'" EXIT
 	else

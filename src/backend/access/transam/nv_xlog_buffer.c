@@ -234,8 +234,10 @@ nvwal_header_set(uint64 *field, uint64 value)
 }
 
 /*
- * A media error on the mapping raises SIGBUS, and so does a page past the end
- * of a file truncated under us, or one the file system had no space for.
+ * A media error on the mapping raises SIGBUS (BUS_MCEERR_*, or BUS_ADRERR on
+ * kernels that report a bad block as an I/O error), and so does a page past
+ * the end of a file truncated under us, or one the file system had no space
+ * for (BUS_ADRERR).
  * Report it, naming the file, and abort; the postmaster then restarts, and if
  * the start-up process hits the same error while salvaging, the server stops
  * instead of looping.  Only async-signal-safe calls here: the messages were
@@ -252,11 +254,13 @@ nvwal_sigbus_handler(int signo, siginfo_t *info, void *context)
 		const char *msg = nvwal_sigbus_msg;
 		int			len = nvwal_sigbus_msg_len;
 
+#ifdef BUS_ADRERR
 		if (info->si_code == BUS_ADRERR)
 		{
 			msg = nvwal_sigbus_adrerr_msg;
 			len = nvwal_sigbus_adrerr_msg_len;
 		}
+#endif
 		if (write(STDERR_FILENO, msg, len) < 0)
 			 /* nothing more we can do */ ;
 		abort();
@@ -292,8 +296,8 @@ nvwal_install_sigbus_handler(void)
 	nvwal_sigbus_adrerr_msg_len =
 		nvwal_format_sigbus_msg(nvwal_sigbus_adrerr_msg,
 								sizeof(nvwal_sigbus_adrerr_msg),
-								"SIGBUS", ": the file was truncated, or its file system has no space for it",
-								"Restore the file's size, or free space on its file system.");
+								"SIGBUS", ": no storage backs the page (the file was truncated, its file system has no space for it, or a bad block)",
+								"Check that the file has its full size and that its file system has free space, and check the device.");
 
 	memset(&act, 0, sizeof(act));
 	act.sa_sigaction = nvwal_sigbus_handler;
@@ -676,8 +680,15 @@ nvwal_make_durable(off_t filesize)
 	char		resolved[MAXPGPATH];
 
 #ifdef HAVE_POSIX_FALLOCATE
-	int			rc = posix_fallocate(nvwal_lock_fd, 0, filesize);
+	int			rc;
 
+	/* tmpfs gives up with EINTR when a signal arrives; try again */
+	do
+	{
+		rc = posix_fallocate(nvwal_lock_fd, 0, filesize);
+	} while (rc == EINTR);
+
+	/* Where the file system cannot allocate, holes stay (README.nvwal) */
 	if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
 	{
 		errno = rc;
