@@ -9,6 +9,7 @@
 # there.  Both must stop the server, as they do at a first start.
 use strict;
 use warnings FATAL => 'all';
+use Fcntl qw(O_WRONLY O_NONBLOCK);
 use POSIX qw(mkfifo);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
@@ -101,9 +102,21 @@ system_or_bail(
 	'--no-wait', 'stop');
 $node->wait_for_log(qr/received fast shutdown request/, $offset);
 
-# Let the startup process go on: it reads nothing, and fails.
-open(my $fifo, '>', "$pg_wal/$segment") or die "could not open FIFO: $!";
-close($fifo);
+# Let the startup process go on: it reads nothing, and fails.  (With a
+# non-volatile WAL buffer in every test cluster, it may fail before, writing
+# to the FIFO, and then no reader ever comes.)
+my $pidfile = $node->data_dir . '/postmaster.pid';
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+while (-e $pidfile && time() < $deadline)
+{
+	if (sysopen(my $fifo, "$pg_wal/$segment", O_WRONLY | O_NONBLOCK))
+	{
+		close($fifo);
+		last;
+	}
+	die "could not open FIFO: $!" unless $!{ENXIO};
+	usleep(10_000);
+}
 wait_for_postmaster_exit('fast shutdown');
 
 unlink("$pg_wal/$segment") or die "could not remove FIFO: $!";

@@ -47,9 +47,10 @@ foreach my $stale (glob("$ENV{PG_TEST_SMALL_FS}/nvwal_full_*"))
 }
 my ($avail_kb) =
   (`df -k --output=avail '$ENV{PG_TEST_SMALL_FS}'` =~ /(\d+)\s*$/);
+$avail_kb //= 0;
 BAIL_OUT(
 	"the small file system has only ${avail_kb}kB free; a server of an earlier run may still be using it"
-) if !defined $avail_kb || $avail_kb < 28 * 1024;
+) if $avail_kb < 28 * 1024;
 
 # A directory of our own there, removed at the end even if the test fails.
 my $fs = File::Temp::tempdir(
@@ -120,8 +121,7 @@ CHECKPOINT;
 my $filler = fill_file_system(3 * 1024 * 1024);
 my $walwriter = stop_walwriter($node);
 
-# Rows of about 100kB of WAL each (out of line, uncompressed), one per
-# transaction.  A row is acknowledged when psql gets the answer to the
+# Rows of 100kB, stored out of line and uncompressed, one per transaction.  A row is acknowledged when psql gets the answer to the
 # statement after its INSERT; that statement reports the insert position,
 # which is past the row's commit record.
 my $offset = -s $node->logfile;
