@@ -6,7 +6,8 @@
 # and the IO workers it needs.  Until redo begins, it used to take those for
 # children it had already told to exit, and so waited for them forever when
 # the startup process failed there, or when a fast shutdown was requested
-# there.  Both must stop the server, as they do at a first start.
+# there (whether the startup process then fails or exits cleanly).  Each must
+# stop the server, as at a first start.
 use strict;
 use warnings FATAL => 'all';
 use Fcntl qw(O_WRONLY O_NONBLOCK);
@@ -127,4 +128,95 @@ is($node->safe_psql('postgres', 'SELECT a FROM t'),
 	'1', 'the server recovers with its WAL back');
 $node->stop;
 
+#
+# 3. A fast shutdown before redo, where the startup process exits cleanly: a
+# standby made from a base backup without WAL, whose primary is gone, waits
+# for its checkpoint record.  Its checkpointer is killed, and the startup
+# process that the postmaster starts again waits there too.
+#
+SKIP:
+{
+	skip 'finding the checkpointer needs /proc', 3 unless -d '/proc/self';
+
+	my $primary = PostgreSQL::Test::Cluster->new('primary');
+	$primary->init(allows_streaming => 1);
+	$primary->start;
+	$primary->backup('nowal', backup_options => [ '--wal-method' => 'none' ]);
+	$primary->stop;
+
+	my $standby = PostgreSQL::Test::Cluster->new('standby');
+	$standby->init_from_backup($primary, 'nowal', has_streaming => 1);
+	$standby->append_conf('postgresql.conf', 'restart_after_crash = on');
+
+	# The server never becomes ready, so pg_ctl must not wait for it.
+	system_or_bail(
+		'pg_ctl',
+		'--pgdata' => $standby->data_dir,
+		'--log' => $standby->logfile,
+		'--options' => '--cluster-name=standby',
+		'--no-wait', 'start');
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	usleep(10_000) while !-e $standby->logfile && time() < $deadline;
+	$standby->wait_for_log(qr/could not connect to the primary server/);
+
+	my $offset = -s $standby->logfile;
+	kill('KILL', child_pid($standby, 'checkpointer'));
+	$standby->wait_for_log(
+		qr/all server processes terminated; reinitializing/, $offset);
+	$standby->wait_for_log(qr/could not connect to the primary server/,
+		$offset);
+
+	system_or_bail(
+		'pg_ctl',
+		'--pgdata' => $standby->data_dir,
+		'--mode' => 'fast',
+		'--no-wait', 'stop');
+	my $pidfile = $standby->data_dir . '/postmaster.pid';
+	$deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	usleep(100_000) while -e $pidfile && time() < $deadline;
+	ok(!-e $pidfile, 'standby waiting for WAL: the postmaster exited');
+	like(
+		slurp_file($standby->logfile, $offset),
+		qr/received fast shutdown request.*database system is shut down/s,
+		'standby waiting for WAL: the server shut down');
+	unlike(
+		slurp_file($standby->logfile, $offset),
+		qr/startup process \(PID \d+\) (?:was terminated|exited)/,
+		'standby waiting for WAL: the startup process exited cleanly');
+
+	# What a failure leaves behind must not outlive the test.
+	if (-e $pidfile)
+	{
+		system_log(
+			'pg_ctl',
+			'--pgdata' => $standby->data_dir,
+			'--mode' => 'immediate',
+			'stop');
+	}
+}
+
 done_testing();
+
+# The PID of the child of $node's postmaster whose process title ends with
+# $type, from /proc.
+sub child_pid
+{
+	my ($node, $type) = @_;
+	my $postmaster =
+	  (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
+
+	opendir(my $proc, '/proc') or die "could not open /proc: $!";
+	foreach my $pid (grep { /^\d+$/ } readdir($proc))
+	{
+		my ($status, $cmdline);
+		next unless open(my $fh, '<', "/proc/$pid/status");
+		$status = do { local $/; <$fh> };
+		close($fh);
+		next unless $status =~ /^PPid:\s+$postmaster$/m;
+		next unless open($fh, '<', "/proc/$pid/cmdline");
+		$cmdline = do { local $/; <$fh> };
+		close($fh);
+		return $pid if $cmdline =~ /: \Q$type\E\s*\0*$/;
+	}
+	die "no $type process found under postmaster $postmaster";
+}
