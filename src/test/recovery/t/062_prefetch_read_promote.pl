@@ -3,8 +3,8 @@
 
 # A standby catching up with recovery_prefetch_method = read must shut down
 # promptly on a fast shutdown, and promote, while its look-ahead reads ahead:
-# neither may wait for more WAL or leave buffers behind.  A reload while it
-# catches up must not disturb replay either.  After promotion it has
+# neither may wait for more WAL or leave buffers behind.  A reload that
+# resets the look-ahead while it holds blocks must not disturb replay either.  After promotion it has
 # replayed everything the primary wrote, and takes writes.  Then a second
 # standby is asked to promote while a read its startup process started is
 # held in flight by an injection point in the I/O worker.
@@ -20,12 +20,13 @@ use PrefetchRead::Utils;
 
 my $primary = primary_with_table('primary', 50000,
 	extra_conf => "wal_keep_size = 1GB\nmax_wal_size = 1GB\n");
-my $standby = read_mode_standby($primary, 'standby', has_streaming => 1);
 
-# What an assertion failure, a leaked pin or I/O handle, or a crashed
-# process leaves in a server log.
-my $failures =
-  'TRAP|leaked|resource was not closed|server process .* terminated';
+# The standby delays applying commits, so that replay stops at the first
+# commit it meets, while the look-ahead goes on beyond it.
+my $standby = read_mode_standby(
+	$primary, 'standby',
+	has_streaming => 1,
+	extra_conf => "recovery_min_apply_delay = '1h'\n");
 
 # A backlog for the standby to catch up on: updates spread over the table.
 sub make_backlog
@@ -37,36 +38,40 @@ sub make_backlog
 	}
 }
 
-# Wait until the standby's look-ahead has started reads, which it reports
-# while replaying.
-sub wait_for_reads
+# Wait until the standby's replay waits to apply a commit, while its
+# look-ahead has read, and holds, blocks of the records after it.
+sub wait_for_full_window
 {
 	my ($node) = @_;
-	$node->poll_query_until('postgres',
-		'SELECT reads > 0 FROM pg_stat_recovery_prefetch')
-	  or die 'timed out waiting for prefetch reads';
+	$node->poll_query_until(
+		'postgres', q{
+SELECT p.reads > 0 AND p.block_distance > 0
+FROM pg_stat_recovery_prefetch p, pg_stat_activity a
+WHERE a.backend_type = 'startup' AND a.wait_event = 'RecoveryApplyDelay'}
+	) or die 'timed out waiting for replay to wait with blocks read ahead';
 }
 
 make_backlog();
 $standby->start;
-wait_for_reads($standby);
+wait_for_full_window($standby);
 $standby->stop('fast');
-ok(!$standby->log_contains($failures),
-	'fast shutdown while catching up left no leak or failure in the log');
+ok(!$standby->log_contains($log_failures),
+	'fast shutdown with blocks read ahead left no leak or failure in the log'
+);
 
+# A reload resets the look-ahead while blocks it read wait for replay: the
+# same reload ends the delay, and replay goes on with the reset look-ahead.
 make_backlog();
 my $expected =
   $primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t');
 $standby->start;
-wait_for_reads($standby);
-
-# A reload resets the look-ahead while records it examined wait for replay
-# and reads are in flight.
-$standby->append_conf('postgresql.conf', 'maintenance_io_concurrency = 4');
+wait_for_full_window($standby);
+$standby->append_conf('postgresql.conf',
+	"maintenance_io_concurrency = 4\nrecovery_min_apply_delay = 0\n");
 $standby->reload;
 
-# Promote once the standby has received all of it, while it is still
-# replaying: promotion must replay everything received first.
+# Promote once the standby has received all of it, perhaps while it is
+# still replaying: promotion must replay everything received first.
 $primary->wait_for_catchup($standby, 'flush');
 $standby->promote;
 is($standby->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
@@ -133,7 +138,7 @@ $held->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'timed out waiting for the promotion';
 is($held->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
 	$expected, 'promoted after the held read, with every update');
-ok(!$held->log_contains($failures),
+ok(!$held->log_contains($log_failures),
 	'no leak or failure in the log of the standby');
 
 done_testing();

@@ -6,8 +6,11 @@
 # read, the look-ahead runs restore_command when it reaches the end of a
 # segment, while reads it started for the records before may be in flight;
 # it now waits for them first, so that exit processing in the handler finds
-# only pins to release.  Under io_method = worker and io_uring, the server
-# must stop cleanly, and archive recovery go on after a restart.
+# only pins to release.  Under io_method = worker and io_uring, with direct
+# I/O so that every read is an asynchronous one, the server must stop
+# cleanly, and archive recovery go on after a restart.  (Whether a read is
+# in flight when restore_command starts is up to timing: the test passes
+# without the wait too, and guards the path.)
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -48,6 +51,8 @@ foreach my $io_method (@io_methods)
 	my $standby = read_mode_standby(
 		$primary, "standby_$io_method",
 		extra_conf => qq{io_method = $io_method
+debug_io_direct = data
+shared_buffers = 16MB
 restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then touch "$marker"; while [ ! -e "$release" ]; do sleep 0.1; done; fi; cp "$archive/%f" "%p"'
 });
 	$standby->set_standby_mode;
@@ -57,14 +62,10 @@ restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then tou
 
 	$standby->stop('fast');
 	append_to_file($release, '');
-	my $log = slurp_file($standby->logfile);
-	unlike(
-		$log,
-		qr/PANIC|TRAP|terminated by signal/,
-		"$io_method: no crash on a fast shutdown during restore_command");
-	like(
-		$log,
-		qr/database system is shut down/,
+	ok(!$standby->log_contains($log_failures),
+		"$io_method: no crash or leak on a fast shutdown during restore_command"
+	);
+	ok($standby->log_contains('database system is shut down'),
 		"$io_method: the standby shut down");
 
 	$standby->start;

@@ -604,7 +604,10 @@ unlike($stderr, qr/non-volatile/,
 # nvwal_size, and the refusal must say so, rather than ask for a size that
 # cannot be set.
 my $bigseg = PostgreSQL::Test::Cluster->new('bigseg');
-$bigseg->init(extra => [ '--wal-segsize' => 1024 ]);
+
+# Segments are left sparse, not written full of zeros.
+$bigseg->init(
+	extra => [ '--wal-segsize' => 1024, '--set' => 'wal_init_zero=off' ]);
 $bigseg->append_conf(
 	'postgresql.conf', q{
 nvwal_path = 'nvwal'

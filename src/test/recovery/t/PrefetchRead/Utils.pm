@@ -37,11 +37,26 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT =
-  qw(primary_with_table read_mode_standby archive_current_segment);
+  qw(primary_with_table read_mode_standby archive_current_segment $log_failures);
 
 =pod
 
 =over
+
+=item $log_failures
+
+A pattern for log_contains() that matches what an assertion failure, a
+PANIC, a leaked buffer pin or I/O handle, a child process that crashed or
+failed, or an immediate shutdown leaves in a server log.
+
+=cut
+
+our $log_failures =
+  'TRAP:|PANIC:|buffer refcount leak|leaked AIO handle|resource was not closed|'
+  . '\(PID \d+\) (?:was terminated by|exited with exit code)|'
+  . 'abnormal database system shutdown';
+
+=pod
 
 =item primary_with_table(name, rows, %params)
 
