@@ -45,6 +45,7 @@
 #include "access/nv_xlog_buffer.h"
 #include "access/xlog.h"
 #include "access/xlog_internal.h"
+#include "access/xlogarchive.h"
 #include "catalog/pg_authid.h"
 #include "common/file_perm.h"
 #include "funcapi.h"
@@ -1144,6 +1145,16 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not close file \"%s\": %m", segname)));
+
+		/*
+		 * A segment completed here is one XLogWrite() never finished, so it
+		 * was never handed to the archiver; nothing else would before a
+		 * checkpoint removes or recycles it, which wal_keep_size or a slot
+		 * can put off for long.
+		 */
+		if (ptr == segend && XLogArchivingActive() &&
+			!XLogArchiveIsReadyOrDone(segname))
+			XLogArchiveNotifySeg(segno, tli);
 	}
 }
 #endif

@@ -244,4 +244,38 @@ unlike(slurp_file($node->logfile),
 
 $node->stop;
 
+# Segments that were complete only in the ring when the server crashed are
+# completed in pg_wal by start-up, and must be archived like any other.
+# wal_keep_size keeps checkpoints from noticing them, as they would when
+# they remove old segments.
+my $archiving = PostgreSQL::Test::Cluster->new('nvwal_archiving');
+$archiving->init(
+	allows_streaming => 1,
+	has_archiving => 1,
+	extra => [ '--wal-segsize' => 1 ]);
+$archiving->append_conf('postgresql.conf',
+	ring_only_settings() . "wal_keep_size = 1GB\n");
+$archiving->start;
+$archiving->safe_psql('postgres',
+	'CREATE TABLE a (id int, pad text); CHECKPOINT; SELECT pg_switch_wal()');
+my $first_segment = $archiving->safe_psql('postgres',
+	'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
+my $archiving_walwriter = stop_walwriter($archiving);
+$archiving->safe_psql('postgres',
+	q{INSERT INTO a SELECT g, repeat('a', 200) FROM generate_series(1, 15000) g}
+);
+my $last_segment = $archiving->safe_psql('postgres',
+	'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
+cmp_ok($last_segment, 'gt', $first_segment,
+	'archiving: the commit spans segments');
+crash_with_walwriter_stopped($archiving, $archiving_walwriter);
+$archiving->start;
+ok( $archiving->poll_query_until(
+		'postgres',
+		"SELECT last_archived_wal >= '$first_segment' FROM pg_stat_archiver"),
+	'archiving: segments completed by start-up are archived');
+ok( -f $archiving->archive_dir . "/$first_segment",
+	'archiving: the first of them is in the archive');
+$archiving->stop;
+
 done_testing();
