@@ -772,8 +772,23 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 								 0, false);
 	}
 
+	/*
+	 * A clean file inside the data directory with another system identifier
+	 * is this server's own from before pg_createsubscriber gave it a new
+	 * identifier (after a clean shutdown); it holds nothing.
+	 */
 	if (hdr.system_identifier != controlFile->system_identifier)
-		nvwal_refuse_foreign_file(&hdr, controlFile, expected);
+	{
+		if (expected || hdr.clean == 0 || !nvwal_file_really_in_datadir())
+			nvwal_refuse_foreign_file(&hdr, controlFile, expected);
+		else
+		{
+			ereport(LOG,
+					(errmsg("replacing non-volatile WAL buffer file \"%s\" of database system %" PRIu64 ", which holds no WAL",
+							nvwal_path, hdr.system_identifier)));
+			replace = true;
+		}
+	}
 
 	/*
 	 * pg_control names the run that last wrote WAL to the file.  The file's

@@ -429,6 +429,29 @@ is($other->safe_psql('postgres', 'SELECT v FROM o'),
 	'42', 'other cluster starts with its own file again');
 $other->stop;
 
+# (n) A clean file in the data directory whose system identifier is not the
+# cluster's: pg_createsubscriber gives the standby it converts a new one
+# after shutting it down cleanly.  The file holds nothing, and is replaced.
+# (Its header's system identifier is changed here instead.)
+my $other_file = $other->data_dir . '/nvwal';
+my $other_sysid = system_identifier($other);
+open(my $hfh, '+<', $other_file) or die "could not open $other_file: $!";
+binmode $hfh;
+sysseek($hfh, 8, 0) or die "could not seek in $other_file: $!";
+syswrite($hfh, pack('Q<', $other_sysid + 1)) == 8
+  or die "could not write $other_file: $!";
+close($hfh) or die "could not close $other_file: $!";
+my $other_offset = -s $other->logfile;
+$other->start;
+ok( $other->log_contains(
+		qr/replacing non-volatile WAL buffer file "nvwal" of database system \Q@{[$other_sysid + 1]}\E, which holds no WAL/,
+		$other_offset),
+	'clean file of another system identifier in the data directory: replaced'
+);
+is($other->safe_psql('postgres', 'SELECT v FROM o'),
+	'42', 'clean file of another system identifier: the cluster starts');
+$other->stop;
+
 # (f) After a crash, the other cluster's file copied in place of ours.
 $node->start;
 $flush_lsn = crash_after_ring_only_commit($node, 'crash-f');

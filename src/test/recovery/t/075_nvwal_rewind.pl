@@ -154,4 +154,45 @@ is(rows($standby2), $expected, 'the rewound standby matches');
 ok(-f $primary->data_dir . '/nvwal',
 	'the rewound old primary runs with its NVWAL file');
 
+# A standby promoted and stopped before the end of recovery was complete,
+# here while recovery_end_command runs: it began writing WAL to its ring
+# (the end-of-recovery record) but shut down in recovery, so its last WAL
+# may be in the ring only.  pg_rewind must not take that for a clean
+# shutdown; it runs the target in single-user mode first, which writes the
+# ring's WAL to pg_wal.
+$standby1->backup('c');
+my $standby3 = PostgreSQL::Test::Cluster->new('standby3');
+$standby3->init_from_backup($standby1, 'c', has_streaming => 1);
+my $marker = PostgreSQL::Test::Utils::tempdir . '/end_command_started';
+my $release = PostgreSQL::Test::Utils::tempdir . '/end_command_released';
+$standby3->append_conf('postgresql.conf',
+	"recovery_end_command = 'touch \"$marker\"; while [ ! -e \"$release\" ]; do sleep 0.1; done'\n"
+);
+$standby3->start;
+$standby1->wait_for_replay_catchup($standby3);
+$standby3->safe_psql('postgres', 'SELECT pg_promote(false)');
+my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+sleep(1) while !-e $marker && time() < $deadline;
+ok(-e $marker, 'stopped in recovery: recovery_end_command runs');
+$standby3->stop('fast');
+append_to_file($release, '');
+my ($controldata) = run_command([ 'pg_controldata', $standby3->data_dir ]);
+like(
+	$controldata,
+	qr/^Database cluster state:\s+shut down in recovery$/m,
+	'stopped in recovery: pg_control says shut down in recovery');
+like(
+	$controldata,
+	qr/^Non-volatile WAL buffer in use:\s+yes$/m,
+	'stopped in recovery: pg_control still names the NVWAL file');
+$standby1->safe_psql('postgres', 'INSERT INTO t VALUES (-3)');
+rewind(
+	$standby3, $standby1,
+	'stopped in recovery',
+	'--source-server' => $standby1->connstr('postgres'));
+$standby3->start;
+$standby1->wait_for_replay_catchup($standby3);
+is(rows($standby3), rows($standby1),
+	'stopped in recovery: the rewound node matches');
+
 done_testing();
