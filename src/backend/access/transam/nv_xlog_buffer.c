@@ -108,6 +108,16 @@ typedef struct NvwalShared
 
 static NvwalShared *NvwalShmem = NULL;
 
+#ifdef USE_LIBPMEM
+/*
+ * What the salvage wrote to pg_wal in this process, for
+ * NvwalArchiveSalvagedSegments(); salvaged_end is invalid when nothing.
+ */
+static XLogRecPtr salvaged_start = InvalidXLogRecPtr;
+static XLogRecPtr salvaged_end = InvalidXLogRecPtr;
+static TimeLineID salvaged_tli = 0;
+#endif
+
 /* The mapping; set in the postmaster and inherited by its children */
 static char *nvwal_map = NULL;
 static size_t nvwal_map_len = 0;
@@ -711,9 +721,11 @@ nvwal_make_durable(off_t filesize)
 
 /*
  * Refuse a file that belongs to another database system.  Even a clean one
- * is left alone: two servers set up with one absolute path would otherwise
- * take the file from each other, and only after one of them crashed would
- * the other refuse.  What to do depends on whether this server needs its own
+ * is left alone, unless it lies inside this server's data directory: two
+ * servers set up with one absolute path would otherwise take the file from
+ * each other, and only after one of them crashed would the other refuse.
+ * (A server whose nvwal_path points into another's data directory can lose
+ * its clean file to that one, and then refuses to start.)  What to do depends on whether this server needs its own
  * file back ('expected') and whether the other one needs this one.
  */
 static void
@@ -1160,16 +1172,6 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			ereport(FATAL,
 					(errcode_for_file_access(),
 					 errmsg("could not close file \"%s\": %m", segname)));
-
-		/*
-		 * A segment completed here is one XLogWrite() never finished, so it
-		 * was never handed to the archiver; nothing else would before a
-		 * checkpoint removes or recycles it, which wal_keep_size or a slot
-		 * can put off for long.
-		 */
-		if (ptr == segend && XLogArchivingActive() &&
-			!XLogArchiveIsReadyOrDone(segname))
-			XLogArchiveNotifySeg(segno, tli);
 	}
 }
 #endif
@@ -1241,6 +1243,9 @@ NvwalSalvage(void)
 		SetInstallXLogFileSegmentActive();
 		nvwal_write_to_segments(start, end, tli);
 		ResetInstallXLogFileSegmentActive();
+		salvaged_start = start;
+		salvaged_end = end;
+		salvaged_tli = tli;
 
 		error_context_stack = errcallback.previous;
 	}
@@ -1253,6 +1258,44 @@ NvwalSalvage(void)
 	/* From now on the ring holds nothing pg_wal lacks */
 	nvwal_header_set(&nvwal_header->synced_upto, end);
 	nvwal_header_set(&nvwal_header->clean, 1);
+#endif
+}
+
+/*
+ * Crash recovery has found where valid WAL ends.  Mark the segments that the
+ * salvage completed, as far as they hold valid WAL only, ready for
+ * archiving: XLogWrite() never finished them, so nothing else would until a
+ * checkpoint removed or recycled them, which wal_keep_size or a slot can put
+ * off for long.  The salvage also writes pages after the durable end, which
+ * recovery may reject; a segment holding such pages is rewritten from the
+ * end of WAL on, and XLogWrite() marks it when it completes it.  After
+ * archive recovery, whose end decides what becomes of the old timeline's
+ * last segment, checkpoints mark them, as they would without NVWAL.
+ */
+void
+NvwalArchiveSalvagedSegments(XLogRecPtr endOfLog, TimeLineID endOfLogTLI)
+{
+#ifdef USE_LIBPMEM
+	XLogSegNo	segno;
+
+	if (XLogRecPtrIsInvalid(salvaged_end) || endOfLogTLI != salvaged_tli ||
+		!XLogArchivingActive())
+		return;
+
+	XLByteToSeg(salvaged_start, segno, wal_segment_size);
+	for (;; segno++)
+	{
+		XLogRecPtr	segend;
+		char		segname[MAXFNAMELEN];
+
+		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
+		if (segend > salvaged_end || segend > endOfLog)
+			break;
+		XLogFileName(segname, salvaged_tli, segno, wal_segment_size);
+		if (!XLogArchiveIsReadyOrDone(segname))
+			XLogArchiveNotifySeg(segno, salvaged_tli);
+	}
+	salvaged_end = InvalidXLogRecPtr;
 #endif
 }
 

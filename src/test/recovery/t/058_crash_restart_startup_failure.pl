@@ -163,8 +163,12 @@ SKIP:
 	kill('KILL', child_pid($standby, 'checkpointer'));
 	$standby->wait_for_log(
 		qr/all server processes terminated; reinitializing/, $offset);
+
+	# The new walreceiver retries; one attempt after this offset shows that
+	# the new startup process waits for WAL.
+	my $reinit_offset = -s $standby->logfile;
 	$standby->wait_for_log(qr/could not connect to the primary server/,
-		$offset);
+		$reinit_offset);
 
 	system_or_bail(
 		'pg_ctl',

@@ -276,6 +276,49 @@ ok( $archiving->poll_query_until(
 	'archiving: segments completed by start-up are archived');
 ok( -f $archiving->archive_dir . "/$first_segment",
 	'archiving: the first of them is in the archive');
+
+# The salvage also writes what follows the durable end, which recovery may
+# reject: only segments recovery found valid to their end are archived.  A
+# record in the second segment of the ring's tail is damaged after the
+# crash; recovery ends there, and the server goes on writing that segment.
+$archiving->safe_psql('postgres', 'SELECT pg_switch_wal()');
+my $start_lsn =
+  $archiving->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+my ($seg1, $seg2, $seg3) = split /\|/,
+  $archiving->safe_psql('postgres',
+	"SELECT pg_walfile_name('$start_lsn'), pg_walfile_name('$start_lsn'::pg_lsn + 1048576), pg_walfile_name('$start_lsn'::pg_lsn + 2 * 1048576)"
+  );
+$archiving_walwriter = stop_walwriter($archiving);
+$archiving->safe_psql('postgres',
+	q{INSERT INTO a SELECT g, repeat('b', 200) FROM generate_series(1, 15000) g}
+);
+my $damaged = $archiving->safe_psql('postgres',
+	"SELECT ('$start_lsn'::pg_lsn + 1048576 + 262144 + 4000) - '0/0'");
+crash_with_walwriter_stopped($archiving, $archiving_walwriter);
+my $ring_file = $archiving->data_dir . '/nvwal';
+open(my $ring, '+<', $ring_file) or die "could not open $ring_file: $!";
+binmode $ring;
+sysseek($ring, 8192 + $damaged % (32 * 1024 * 1024), 0)
+  or die "could not seek in $ring_file: $!";
+syswrite($ring, "\xff" x 64) == 64 or die "could not write $ring_file: $!";
+close($ring) or die "could not close $ring_file: $!";
+my $damaged_offset = -s $archiving->logfile;
+$archiving->start;
+my ($redo_done) =
+  slurp_file($archiving->logfile, $damaged_offset) =~ /redo done at (\S+)/;
+is( $archiving->safe_psql('postgres', "SELECT pg_walfile_name('$redo_done')"),
+	$seg2,
+	'damaged record: recovery ended in the second segment');
+ok( $archiving->poll_query_until(
+		'postgres',
+		"SELECT last_archived_wal >= '$seg1' FROM pg_stat_archiver"),
+	'damaged record: the segment before it is archived');
+ok( !-e $archiving->archive_dir . "/$seg2"
+	  && !-e $archiving->data_dir . "/pg_wal/archive_status/$seg2.ready",
+	'damaged record: the segment where recovery ended is not archived');
+ok( !-e $archiving->archive_dir . "/$seg3"
+	  && !-e $archiving->data_dir . "/pg_wal/archive_status/$seg3.ready",
+	'damaged record: a segment after the end of WAL is not archived');
 $archiving->stop;
 
 done_testing();

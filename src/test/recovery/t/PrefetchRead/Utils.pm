@@ -47,14 +47,15 @@ our @EXPORT =
 
 A pattern for log_contains() that matches what an assertion failure, a
 PANIC, a leaked buffer pin or I/O handle, a child process that crashed or
-failed, or an immediate shutdown leaves in a server log.
+exited with an error code above 1, a startup process that failed, or an
+immediate shutdown leaves in a server log.
 
 =cut
 
 our $log_failures =
   'TRAP:|PANIC:|buffer refcount leak|leaked AIO handle|resource was not closed|'
-  . '\(PID \d+\) (?:was terminated by|exited with exit code)|'
-  . 'abnormal database system shutdown';
+  . '\(PID \d+\) (?:was terminated by|exited with exit code (?:[2-9]|\d\d))|'
+  . 'due to startup process failure|abnormal database system shutdown';
 
 =pod
 
