@@ -725,8 +725,9 @@ nvwal_make_durable(off_t filesize)
  * servers set up with one absolute path would otherwise take the file from
  * each other, and only after one of them crashed would the other refuse.
  * (A server whose nvwal_path points into another's data directory can lose
- * its clean file to that one, and then refuses to start.)  What to do depends on whether this server needs its own
- * file back ('expected') and whether the other one needs this one.
+ * its clean file to that one, and then refuses to start.)  What to do
+ * depends on whether this server needs its own file back ('expected') and
+ * whether the other one needs this one.
  */
 static void
 nvwal_refuse_foreign_file(const NvwalFileHeader *hdr,
