@@ -5,7 +5,8 @@
 # with a bad checksum is referenced only by WAL past the recovery target.
 # Recovery must stop at the target and promote as it does without
 # prefetching; the damaged block must still be reported to whoever reads it
-# afterwards.
+# afterwards, also when the startup process ran with zero_damaged_pages or
+# ignore_checksum_failure.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -63,23 +64,51 @@ sysseek($fh, $blkno * 8192 + 2000, 0) or die "could not seek in $file: $!";
 syswrite($fh, chr(ord($byte) ^ 0xff)) == 1 or die "could not write $file: $!";
 close($fh) or die "could not close $file: $!";
 
-my $node = read_mode_standby(
-	$primary, 'restored',
-	has_restoring => 1,
-	extra_conf => "recovery_target_name = 'before_update'\n"
-	  . "recovery_target_action = 'promote'\n");
-my $log_offset = -s $node->logfile;
-$node->start(fail_ok => 1);
-$node->wait_for_log(
-	qr/database system is ready to accept connections|startup process \(PID \d+\)/,
-	$log_offset);
-ok(!$node->log_contains(qr/startup process \(PID \d+\)/, $log_offset),
-	'the startup process did not fail');
-is($node->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
-	'f', 'recovery ended and the server was promoted');
-ok( $node->log_contains(
-		qr/recovery stopping at restore point "before_update"/, $log_offset),
-	'recovery stopped at the restore point');
+# Recover to the target with read mode and the given settings, and promote.
+sub recover_to_target
+{
+	my ($name, $settings) = @_;
+	my $node = read_mode_standby(
+		$primary, $name,
+		has_restoring => 1,
+		extra_conf => "recovery_target_name = 'before_update'\n"
+		  . "recovery_target_action = 'promote'\n"
+		  # Each node must find the primary's timeline in the archive
+		  . "archive_mode = off\n" . $settings);
+	my $log_offset = -s $node->logfile;
+	$node->start(fail_ok => 1);
+	$node->wait_for_log(
+		qr/database system is ready to accept connections|startup process \(PID \d+\)/,
+		$log_offset);
+	ok(!$node->log_contains(qr/startup process \(PID \d+\)/, $log_offset),
+		"$name: the startup process did not fail");
+	is($node->safe_psql('postgres', 'SELECT pg_is_in_recovery()'),
+		'f', "$name: recovery ended and the server was promoted");
+	ok( $node->log_contains(
+			qr/recovery stopping at restore point "before_update"/,
+			$log_offset),
+		"$name: recovery stopped at the restore point");
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM other'),
+		'1', "$name: what came before the target was replayed");
+	return ($node, $log_offset);
+}
+
+# Whoever reads the block afterwards, without the settings that tolerate
+# damage, must get the error.
+sub check_block_reports_damage
+{
+	my ($node, $name) = @_;
+	my ($rc, $stdout, $stderr) = $node->psql('postgres',
+		"SET zero_damaged_pages = off; SET ignore_checksum_failure = off; "
+		  . "SELECT pad FROM t WHERE ctid = '($blkno,1)'");
+	isnt($rc, 0, "$name: reading the damaged block fails");
+	like(
+		$stderr,
+		qr/invalid page in block $blkno/,
+		"$name: reading the damaged block reports it");
+}
+
+my ($node, $log_offset) = recover_to_target('restored', '');
 # Whoever completes a read logs a damaged page at once, to the server log
 # only; that the look-ahead's read did so shows it read the block.
 ok( $node->log_contains(qr/LOG:  invalid page in block $blkno/, $log_offset),
@@ -87,17 +116,25 @@ ok( $node->log_contains(qr/LOG:  invalid page in block $blkno/, $log_offset),
 ok( !$node->log_contains(
 		qr/(?:ERROR|FATAL):  invalid page in block $blkno/, $log_offset),
 	'the damaged block raised no error during recovery');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM other'),
-	'1', 'what came before the target was replayed');
-
-# Whoever reads the block still gets the error.
-my ($rc, $stdout, $stderr) =
-  $node->psql('postgres', "SELECT pad FROM t WHERE ctid = '($blkno,1)'");
-isnt($rc, 0, 'reading the damaged block fails');
-like(
-	$stderr,
-	qr/invalid page in block $blkno/,
-	'reading the damaged block reports it');
-
+check_block_reports_damage($node, 'restored');
 $node->stop;
+
+# A read applies zero_damaged_pages and ignore_checksum_failure as it
+# completes, and leaves the page valid in shared buffers.  Set for the
+# startup process (to get past a damaged page redo needs), they must not
+# zero or accept the block that only WAL past the target references: read
+# mode gives advice while either is on.  Enough shared buffers keep a page
+# read ahead there until it is read again.
+foreach my $setting ('zero_damaged_pages', 'ignore_checksum_failure')
+{
+	($node, $log_offset) = recover_to_target("with_$setting",
+		"$setting = on\nshared_buffers = 16MB\n");
+	ok( !$node->log_contains(
+			qr/page verification failed|invalid page in block $blkno/,
+			$log_offset),
+		"with_$setting: recovery did not read the damaged block");
+	check_block_reports_damage($node, "with_$setting");
+	$node->stop;
+}
+
 done_testing();
