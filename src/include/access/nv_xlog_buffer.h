@@ -59,8 +59,7 @@ extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
  * insertion lock, so that XLogFlush() has nothing left to write back.  By
  * default inserters use plain stores and XLogFlush() writes back the range
  * it needs with pmem_flush().  bench/nvwal.sh measures both (variant
- * nvwal-oncopy); on emulated pmem the default was faster.  It is for
- * measurement only: see README.nvwal for what it does not get right.
+ * nvwal-oncopy); on emulated pmem the default was faster (README.nvwal).
  */
 /* #define NVWAL_PERSIST_ON_COPY */
 

@@ -8,10 +8,12 @@
 # subscriber and the WAL archive must end up with exactly what the primary
 # committed, including commits that were durable only in the primary's ring
 # when it crashed: the WAL writer is stopped for them, so only the
-# walsenders (the physical one reads them from the ring, the logical one
-# writes them to pg_wal first) can ship them before the crash, and, as the
-# crash loses what was not synced in pg_wal, only the start-up salvage can
-# keep them on the primary after.
+# walsenders can ship them before the crash, and, as the crash loses what
+# was not synced in pg_wal, only the start-up salvage can keep them on the
+# primary after.  The walsenders, physical and logical, and COMMIT PREPARED,
+# which reads its PREPARE record back, read that WAL from the ring: making
+# pg_wal catch up first would take WALWriteLock, which the WAL writer holds
+# while it fsyncs, and so make them wait for it.
 # Synchronous commits must return without waiting for the WAL writer or any
 # other periodic wake-up of the walsenders.  A node restored by archive
 # recovery from a base backup taken before the crash must equal the primary
@@ -45,6 +47,7 @@ nvwal_size = 32MB
 autovacuum = off
 max_wal_size = 256MB
 checkpoint_timeout = 1h
+max_prepared_transactions = 5
 });
 $primary->start;
 
@@ -147,6 +150,8 @@ foreach my $node ($standby, $subscriber)
 	$node->reload;
 }
 my $walwriter = stop_walwriter($primary);
+my $written_back =
+  $primary->safe_psql('postgres', 'SELECT written_back FROM pg_stat_nvwal');
 my ($stdout, $stderr, $timed_out);
 my $ret = $primary->psql(
 	'postgres',
@@ -154,7 +159,11 @@ my $ret = $primary->psql(
 		'',
 		map {
 			"INSERT INTO ledger (acct, amount, note) VALUES ($_, 0, 'ring-only');\n"
-		} 1 .. 20),
+		} 1 .. 19)
+	  . "BEGIN;\n"
+	  . "INSERT INTO ledger (acct, amount, note) VALUES (20, 0, 'ring-only');\n"
+	  . "PREPARE TRANSACTION 'ring_only';\n"
+	  . "COMMIT PREPARED 'ring_only';\n",
 	stdout => \$stdout,
 	stderr => \$stderr,
 	timeout => $PostgreSQL::Test::Utils::timeout_default,
@@ -178,6 +187,9 @@ is( $primary->safe_psql(
 		'postgres', 'SELECT synced_lsn < flush_lsn FROM pg_stat_nvwal'),
 	't',
 	'the commits are still not fsynced in the primary\'s pg_wal');
+is( $primary->safe_psql('postgres', 'SELECT written_back FROM pg_stat_nvwal'),
+	$written_back,
+	'the walsenders and COMMIT PREPARED read the commits from the ring');
 
 foreach my $node ($primary, $standby, $subscriber)
 {
