@@ -137,4 +137,44 @@ foreach my $setting ('zero_damaged_pages', 'ignore_checksum_failure')
 	$node->stop;
 }
 
+# Turned on or off by a reload, either setting switches the mode at the next
+# record.  A standby from an undamaged backup, streaming, with the defaults
+# for recovery prefetch: a reload that sets those would reconfigure
+# prefetching anyway.
+$primary->backup('undamaged');
+my $standby = PostgreSQL::Test::Cluster->new('streaming');
+$standby->init_from_backup($primary, 'undamaged', has_streaming => 1);
+$standby->start;
+$primary->safe_psql('postgres', 'INSERT INTO other VALUES (2)');
+$primary->wait_for_replay_catchup($standby);
+is( $standby->safe_psql(
+		'postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
+	'read',
+	'streaming: read mode by default');
+
+foreach my $step (
+	[ 'zero_damaged_pages', 'on', 'advice' ],
+	[ 'zero_damaged_pages', 'off', 'read' ],
+	[ 'ignore_checksum_failure', 'on', 'advice' ],
+	[ 'ignore_checksum_failure', 'off', 'read' ])
+{
+	my ($setting, $value, $method) = @$step;
+	$standby->append_conf('postgresql.conf', "$setting = $value\n");
+	$standby->reload;
+
+	# The startup process notices the reload in its own time; the record
+	# after that switches the mode.
+	my $switched = 'f';
+	for (my $i = 0; $i < 50 && $switched ne 't'; $i++)
+	{
+		$primary->safe_psql('postgres', 'INSERT INTO other VALUES (2)');
+		$primary->wait_for_replay_catchup($standby);
+		$switched = $standby->safe_psql('postgres',
+			"SELECT method = '$method' FROM pg_stat_recovery_prefetch");
+	}
+	is($switched, 't',
+		"streaming: $setting = $value by a reload, method $method");
+}
+$standby->stop;
+
 done_testing();
