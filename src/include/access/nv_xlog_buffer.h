@@ -17,7 +17,6 @@
 
 #include "access/xlogdefs.h"
 #include "catalog/pg_control.h"
-#include "utils/guc.h"
 
 /* GUCs */
 extern PGDLLIMPORT char *nvwal_path;
@@ -41,6 +40,7 @@ extern PGDLLIMPORT bool NvwalActive;
 /* Shared memory for the statistics */
 extern Size NvwalShmemSize(void);
 extern void NvwalShmemInit(void);
+extern void NvwalResetStats(void);
 
 /* Start-up: validate and map the file, or refuse to start */
 extern bool NvwalWanted(void);
@@ -80,8 +80,5 @@ extern void NvwalDrain(void);
 
 /* Base backups leave the file out */
 extern bool NvwalIsDataDirFile(const char *relpath);
-
-/* GUC hooks */
-extern bool check_nvwal_path(char **newval, void **extra, GucSource source);
 
 #endif							/* NV_XLOG_BUFFER_H */

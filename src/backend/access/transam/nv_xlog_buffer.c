@@ -56,7 +56,10 @@
 #include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc_hooks.h"
 #include "utils/pg_lsn.h"
+#include "utils/timestamp.h"
+#include "utils/wait_event.h"
 
 /* GUCs */
 char	   *nvwal_path = NULL;
@@ -103,6 +106,7 @@ typedef struct NvwalShared
 	pg_atomic_uint64 flushed_upto;
 	pg_atomic_uint64 written;	/* bytes written back to segment files */
 	pg_atomic_uint64 ring_full;
+	pg_atomic_uint64 stats_reset;	/* TimestampTz of the last reset */
 	bool		is_pmem;
 } NvwalShared;
 
@@ -199,8 +203,24 @@ NvwalShmemInit(void)
 		pg_atomic_init_u64(&NvwalShmem->flushed_upto, InvalidXLogRecPtr);
 		pg_atomic_init_u64(&NvwalShmem->written, 0);
 		pg_atomic_init_u64(&NvwalShmem->ring_full, 0);
+		pg_atomic_init_u64(&NvwalShmem->stats_reset, GetCurrentTimestamp());
 		NvwalShmem->is_pmem = false;
 	}
+}
+
+/*
+ * pg_stat_reset_shared('nvwal'): zero the counters.  The positions, the size
+ * and is_pmem describe the current state and are kept.  As for the recovery
+ * prefetch counters, an increment racing with the reset may survive it.
+ */
+void
+NvwalResetStats(void)
+{
+	pg_atomic_write_u64(&NvwalShmem->flushes, 0);
+	pg_atomic_write_u64(&NvwalShmem->flush_time, 0);
+	pg_atomic_write_u64(&NvwalShmem->written, 0);
+	pg_atomic_write_u64(&NvwalShmem->ring_full, 0);
+	pg_atomic_write_u64(&NvwalShmem->stats_reset, GetCurrentTimestamp());
 }
 
 #ifdef USE_LIBPMEM
@@ -213,9 +233,18 @@ NvwalShmemInit(void)
 static void
 nvwal_flush_bytes(const char *addr, Size len)
 {
+	int			rc;
+
 	if (nvwal_is_pmem)
+	{
 		pmem_flush(addr, len);
-	else if (pmem_msync(addr, len) != 0)
+		return;
+	}
+
+	pgstat_report_wait_start(WAIT_EVENT_WAL_SYNC);
+	rc = pmem_msync(addr, len);
+	pgstat_report_wait_end();
+	if (rc != 0)
 		ereport(PANIC,
 				(errcode_for_file_access(),
 				 errmsg("could not msync non-volatile WAL buffer file \"%s\": %m",
@@ -578,7 +607,7 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 
 	if (installed)
 		ereport(LOG,
-				(errmsg("created non-volatile WAL buffer file \"%s\" with a ring of %d MB",
+				(errmsg("created non-volatile WAL buffer file \"%s\" with a ring of %dMB",
 						nvwal_path, nvwal_size)));
 	return installed;
 }
@@ -860,10 +889,10 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	if (hdr.clean == 0 && !replace && hdr.ring_size != ring_size)
 		ereport(FATAL,
 				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				 errmsg("non-volatile WAL buffer file \"%s\" has a ring of %" PRIu64 " bytes and a size of %lld bytes, but \"nvwal_size\" asks for %zu bytes",
-						nvwal_path, hdr.ring_size, (long long) filesize,
-						ring_size),
-				 errdetail("The server did not shut down cleanly, and the file holds WAL that is not yet in pg_wal."),
+				 errmsg("\"nvwal_size\" does not match the ring size of non-volatile WAL buffer file \"%s\"",
+						nvwal_path),
+				 errdetail("The file has a ring of %" PRIu64 " bytes and a size of %lld bytes, but \"nvwal_size\" asks for %zu bytes.  The server did not shut down cleanly, and the file holds WAL that is not yet in pg_wal.",
+						   hdr.ring_size, (long long) filesize, ring_size),
 				 errhint("Set \"nvwal_size\" to %" PRIu64 "MB until the server has started and shut down cleanly once.",
 						 hdr.ring_size / (1024 * 1024))));
 
@@ -875,8 +904,9 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 	{
 		/* Nothing in it is needed: replace it with one of the new size */
 		ereport(LOG,
-				(errmsg("replacing non-volatile WAL buffer file \"%s\" to change its ring to %d MB",
-						nvwal_path, nvwal_size)));
+				(errmsg("replacing non-volatile WAL buffer file \"%s\", which does not match the current settings",
+						nvwal_path),
+				 errdetail("The new file has a ring of %dMB.", nvwal_size)));
 		replace = true;
 	}
 
@@ -1115,7 +1145,7 @@ nvwal_salvage_error_callback(void *arg)
 {
 	XLogRecPtr *range = (XLogRecPtr *) arg;
 
-	errcontext("writing WAL from %X/%08X to %X/%08X, still kept in non-volatile WAL buffer file \"%s\", to pg_wal",
+	errcontext("writing WAL from %X/%X to %X/%X, still kept in non-volatile WAL buffer file \"%s\", to pg_wal",
 			   LSN_FORMAT_ARGS(range[0]), LSN_FORMAT_ARGS(range[1]),
 			   nvwal_path);
 }
@@ -1149,8 +1179,10 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			 * again.
 			 */
 			errno = 0;
+			pgstat_report_wait_start(WAIT_EVENT_WAL_WRITE);
 			written = pg_pwrite(fd, nvwal_ring + off, len,
 								XLogSegmentOffset(ptr, wal_segment_size));
+			pgstat_report_wait_end();
 			if (written <= 0)
 			{
 				bool		no_space;
@@ -1160,7 +1192,7 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 				no_space = (errno == ENOSPC);
 				ereport(FATAL,
 						(errcode_for_file_access(),
-						 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to segment %s: %m",
+						 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to file \"%s\": %m",
 								nvwal_path, segname),
 						 no_space ?
 						 errhint("Free space on the file system of pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer file until then.  Do not remove files from pg_wal, nor that file.") :
@@ -1252,7 +1284,7 @@ NvwalSalvage(void)
 	}
 
 	ereport(LOG,
-			(errmsg("wrote WAL from %X/%08X to %X/%08X on timeline %u from non-volatile WAL buffer file \"%s\" to pg_wal",
+			(errmsg("wrote WAL from %X/%X to %X/%X on timeline %u from non-volatile WAL buffer file \"%s\" to pg_wal",
 					LSN_FORMAT_ARGS(start), LSN_FORMAT_ARGS(end), tli,
 					nvwal_path)));
 
@@ -1510,7 +1542,7 @@ NvwalIsDataDirFile(const char *relpath)
 Datum
 pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 {
-#define PG_STAT_GET_NVWAL_COLS	9
+#define PG_STAT_GET_NVWAL_COLS	10
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		values[PG_STAT_GET_NVWAL_COLS] = {0};
 	bool		nulls[PG_STAT_GET_NVWAL_COLS] = {0};
@@ -1542,6 +1574,8 @@ pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 		values[7] = LSNGetDatum(flushed_upto);
 		values[8] = LSNGetDatum(nvwal_header->synced_upto);
 	}
+	values[9] = TimestampTzGetDatum((TimestampTz)
+									pg_atomic_read_u64(&NvwalShmem->stats_reset));
 
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	return (Datum) 0;

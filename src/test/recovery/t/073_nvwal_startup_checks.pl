@@ -266,8 +266,12 @@ $flush_lsn = crash_after_ring_only_commit($node, 'crash-d');
 $node->adjust_conf('postgresql.conf', 'nvwal_size', '64MB');
 $offset = start_fails(
 	$node,
-	qr/non-volatile WAL buffer file "nvwal" has a ring of $ring_bytes bytes and a size of @{[$ring_bytes + 8192]} bytes, but "nvwal_size" asks for @{[2 * $ring_bytes]} bytes/,
+	qr/"nvwal_size" does not match the ring size of non-volatile WAL buffer file "nvwal"/,
 	'crash, then nvwal_size changed');
+like(
+	slurp_file($node->logfile, $offset),
+	qr/DETAIL:  The file has a ring of $ring_bytes bytes and a size of @{[$ring_bytes + 8192]} bytes, but "nvwal_size" asks for @{[2 * $ring_bytes]} bytes\./,
+	'crash, then nvwal_size changed: the detail gives the sizes');
 like(
 	slurp_file($node->logfile, $offset),
 	qr/HINT:  Set "nvwal_size" to 32MB/,
@@ -320,7 +324,7 @@ $offset = -s $node->logfile;
 $node->start;
 ok(!-e "$datadir/nvwal.tmp", 'resize: no temporary file remains');
 ok( $node->log_contains(
-		qr/replacing non-volatile WAL buffer file "nvwal" to change its ring to 48 MB/,
+		qr/replacing non-volatile WAL buffer file "nvwal", which does not match the current settings\n.*DETAIL:  The new file has a ring of 48MB\./,
 		$offset),
 	'clean shutdown, then nvwal_size changed: file replaced');
 $ring_bytes = 48 * 1024 * 1024;
@@ -603,7 +607,7 @@ my ($stdout, $stderr) =
   run_command([ 'pg_resetwal', '-f', $dircopy->data_dir ]);
 like(
 	$stderr,
-	qr/warning: WAL in the server's non-volatile WAL buffer file, if any, was discarded too\n.*hint: If the server then refuses to start because that file holds WAL, remove the file "nvwal_path" names\./s,
+	qr/warning: WAL in the server's non-volatile WAL buffer file, if any, was discarded too\n.*hint: If the server then refuses to start because its non-volatile WAL buffer file holds WAL, remove the file that "nvwal_path" points to\./s,
 	'pg_resetwal after a crash warns that the ring\'s WAL is discarded');
 is(nvwal_control($dircopy), 'no 0',
 	'pg_resetwal cleared the record of the NVWAL file');
