@@ -103,7 +103,6 @@ typedef struct NvwalShared
 {
 	pg_atomic_uint64 flushes;
 	pg_atomic_uint64 flush_time;	/* nanoseconds, with track_wal_io_timing */
-	pg_atomic_uint64 flushed_upto;
 	pg_atomic_uint64 written;	/* bytes written back to segment files */
 	pg_atomic_uint64 ring_full;
 	pg_atomic_uint64 stats_reset;	/* TimestampTz of the last reset */
@@ -200,7 +199,6 @@ NvwalShmemInit(void)
 	{
 		pg_atomic_init_u64(&NvwalShmem->flushes, 0);
 		pg_atomic_init_u64(&NvwalShmem->flush_time, 0);
-		pg_atomic_init_u64(&NvwalShmem->flushed_upto, InvalidXLogRecPtr);
 		pg_atomic_init_u64(&NvwalShmem->written, 0);
 		pg_atomic_init_u64(&NvwalShmem->ring_full, 0);
 		pg_atomic_init_u64(&NvwalShmem->stats_reset, GetCurrentTimestamp());
@@ -1369,7 +1367,6 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 	nvwal_header_set(&nvwal_header->timeline, tli);
 	nvwal_header_set(&nvwal_header->synced_upto, endOfLog);
 	nvwal_header_set(&nvwal_header->clean, 0);
-	pg_atomic_write_u64(&NvwalShmem->flushed_upto, endOfLog);
 #endif
 }
 
@@ -1430,7 +1427,6 @@ NvwalPersistRange(XLogRecPtr from, XLogRecPtr to)
 		pg_atomic_fetch_add_u64(&NvwalShmem->flush_time,
 								INSTR_TIME_GET_NANOSEC(end));
 	}
-	pg_atomic_monotonic_advance_u64(&NvwalShmem->flushed_upto, to);
 #endif
 }
 
@@ -1546,7 +1542,6 @@ pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Datum		values[PG_STAT_GET_NVWAL_COLS] = {0};
 	bool		nulls[PG_STAT_GET_NVWAL_COLS] = {0};
-	XLogRecPtr	flushed_upto;
 
 	InitMaterializedSRF(fcinfo, 0);
 
@@ -1565,14 +1560,17 @@ pg_stat_get_nvwal(PG_FUNCTION_ARGS)
 	values[5] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->written));
 	values[6] = Int64GetDatum((int64) pg_atomic_read_u64(&NvwalShmem->ring_full));
 
-	/* The ring holds no WAL until recovery has ended */
-	flushed_upto = pg_atomic_read_u64(&NvwalShmem->flushed_upto);
-	if (XLogRecPtrIsInvalid(flushed_upto))
+	/*
+	 * The ring holds no WAL until recovery has ended.  The synced position is
+	 * read first, so that it never shows ahead of the durable one.
+	 */
+	if (RecoveryInProgress())
 		nulls[7] = nulls[8] = true;
 	else
 	{
-		values[7] = LSNGetDatum(flushed_upto);
 		values[8] = LSNGetDatum(nvwal_header->synced_upto);
+		pg_read_barrier();
+		values[7] = LSNGetDatum(GetFlushRecPtr(NULL));
 	}
 	values[9] = TimestampTzGetDatum((TimestampTz)
 									pg_atomic_read_u64(&NvwalShmem->stats_reset));

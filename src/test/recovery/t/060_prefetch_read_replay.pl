@@ -18,6 +18,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PrefetchRead::Utils qw(direct_io_supported);
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -45,6 +48,11 @@ my %variants = (
 	# the look-ahead goes on as soon as replay has made room.
 	window => "recovery_prefetch = on\nio_method = worker\n"
 	  . "shared_buffers = 8MB\nwal_decode_buffer_size = 64kB\n",);
+if (!direct_io_supported())
+{
+	note 'direct I/O not supported here: skipping that variant';
+	delete $variants{direct};
+}
 if (check_pg_config('#define USE_LIBURING 1'))
 {
 	$variants{io_uring} = "recovery_prefetch = on\nio_method = io_uring\n";

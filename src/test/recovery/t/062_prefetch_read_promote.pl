@@ -55,9 +55,11 @@ make_backlog();
 $standby->start;
 wait_for_full_window($standby);
 $standby->stop('fast');
+# The startup process exits with an error code here, which releases its
+# pins and I/O handles without a warning: this can show a crash or a failed
+# assertion, not a leak (065 checks for leaks at the end of recovery).
 ok(!$standby->log_contains($log_failures),
-	'fast shutdown with blocks read ahead left no leak or failure in the log'
-);
+	'fast shutdown with blocks read ahead: no crash or assertion failure');
 
 # A reload resets the look-ahead while blocks it read wait for replay: the
 # same reload ends the delay, and replay goes on with the reset look-ahead.
@@ -86,12 +88,18 @@ is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
 # in flight, deterministically: under direct I/O every read goes to the
 # one I/O worker, which an injection point stops before it performs the
 # read.  Promotion must then complete, once the read is let go, with every
-# update replayed and nothing leaked.  The session that lets the worker go is opened beforehand, and
+# update replayed and nothing leaked.  Promotion is noticed only once replay
+# has used up the WAL received, so recovery ends after the held read has
+# completed and been waited for: this shows that a held read delays a
+# promotion without breaking it, not the end of recovery with a read in
+# flight (065 ends recovery at a target while the look-ahead holds blocks).  The session that lets the worker go is opened beforehand, and
 # runs its queries once first, so that it needs no read meanwhile.
-if ($ENV{enable_injection_points} ne 'yes'
-	|| !$primary->check_extension('injection_points'))
+if (   $ENV{enable_injection_points} ne 'yes'
+	|| !$primary->check_extension('injection_points')
+	|| !direct_io_supported())
 {
-	note 'injection points not available: skipping the held read';
+	note
+	  'injection points or direct I/O not available: skipping the held read';
 	done_testing();
 	exit;
 }

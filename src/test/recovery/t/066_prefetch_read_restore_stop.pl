@@ -21,6 +21,10 @@ use FindBin;
 use lib $FindBin::RealBin;
 use PrefetchRead::Utils;
 
+# The look-ahead's reads are asynchronous only under direct I/O (buffered
+# ones mostly complete at once in the startup process).
+plan skip_all => 'direct I/O not supported here' unless direct_io_supported();
+
 my $primary = primary_with_table('primary', 50000, archiving => 1);
 
 # Several segments of updates spread over the table.
@@ -63,7 +67,7 @@ restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then tou
 	$standby->stop('fast');
 	append_to_file($release, '');
 	ok(!$standby->log_contains($log_failures),
-		"$io_method: no crash or leak on a fast shutdown during restore_command"
+		"$io_method: no crash or assertion failure on a fast shutdown during restore_command"
 	);
 	ok($standby->log_contains('database system is shut down'),
 		"$io_method: the standby shut down");

@@ -306,6 +306,7 @@ my $damaged_offset = -s $archiving->logfile;
 $archiving->start;
 my ($redo_done) =
   slurp_file($archiving->logfile, $damaged_offset) =~ /redo done at (\S+)/;
+$redo_done //= '0/0';
 is( $archiving->safe_psql('postgres', "SELECT pg_walfile_name('$redo_done')"),
 	$seg2,
 	'damaged record: recovery ended in the second segment');

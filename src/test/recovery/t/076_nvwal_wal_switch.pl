@@ -88,6 +88,7 @@ is( $node->safe_psql('postgres', 'SELECT id, note FROM t ORDER BY id'),
 my ($salvaged_to) = slurp_file($node->logfile, $logpos) =~
   qr/wrote WAL from \S+ to (\S+) on timeline \d+ from non-volatile WAL buffer file "nvwal" to pg_wal/;
 ok(defined $salvaged_to, 'start-up wrote the ring\'s durable tail to pg_wal');
+$salvaged_to //= '0/1';
 is( $node->safe_psql(
 		'postgres', "SELECT pg_walfile_name('$salvaged_to'::pg_lsn - 1)"),
 	$commit_segment,

@@ -75,7 +75,13 @@ $pitr->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'timed out waiting for the promotion';
 is($pitr->safe_psql('postgres', 'SHOW nvwal_path'),
 	$nvwal_file, 'the restored copy is set to use the same file');
-$pitr->safe_psql('postgres', "INSERT INTO t VALUES (2, 'new history')");
+# This run's WAL must go beyond the page it began on, whose header still
+# carries timeline 1: a table of its own, then the row.  (With the row alone,
+# that page held all of it when the checkpoint after the promotion had not
+# begun yet, under load, and no page of timeline 2 was found below.)
+$pitr->safe_psql('postgres',
+		"CREATE TABLE pad AS SELECT g FROM generate_series(1, 1000) g;\n"
+	  . "INSERT INTO t VALUES (2, 'new history');");
 $pitr->stop('immediate');
 
 # Page header fields: xlp_magic, xlp_info, xlp_tli, xlp_pageaddr; then the

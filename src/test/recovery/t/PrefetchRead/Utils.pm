@@ -33,11 +33,12 @@ use strict;
 use warnings FATAL => 'all';
 
 use Exporter 'import';
+use Fcntl;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
-our @EXPORT =
-  qw(primary_with_table read_mode_standby archive_current_segment $log_failures);
+our @EXPORT = qw(primary_with_table read_mode_standby archive_current_segment
+  direct_io_supported $log_failures);
 
 =pod
 
@@ -56,6 +57,29 @@ our $log_failures =
   'TRAP:|PANIC:|buffer refcount leak|leaked AIO handle|resource was not closed|'
   . '\(PID \d+\) (?:was terminated by|exited with exit code (?:[2-9]|\d\d))|'
   . 'due to startup process failure|abnormal database system shutdown';
+
+=pod
+
+=item direct_io_supported()
+
+True if a file in the test's temporary directory can be opened with
+O_DIRECT, as debug_io_direct = data needs (tmpfs before Linux 6.6 cannot).
+Tests skip what needs direct I/O otherwise, as upstream's 004_io_direct does.
+
+=cut
+
+sub direct_io_supported
+{
+	return 0 unless defined &O_DIRECT;
+	my $probe = "$PostgreSQL::Test::Utils::tmp_check/direct_io_probe";
+	my $ok = sysopen(my $fh, $probe, O_RDWR | O_DIRECT | O_CREAT);
+	if ($ok)
+	{
+		close($fh);
+		unlink($probe);
+	}
+	return $ok ? 1 : 0;
+}
 
 =pod
 
