@@ -13,12 +13,15 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(usleep);
 use FindBin;
 use lib $FindBin::RealBin;
 use PrefetchRead::Utils;
 
-my $primary = primary_with_table('primary', 50000,
+# The primary archives for the last part.  The standbys, which promote, do
+# not archive: the last one must not find their timelines in the archive.
+my $primary = primary_with_table(
+	'primary', 50000,
+	archiving => 1,
 	extra_conf => "wal_keep_size = 1GB\nmax_wal_size = 1GB\n");
 
 # The standby delays applying commits, so that replay stops at the first
@@ -26,7 +29,7 @@ my $primary = primary_with_table('primary', 50000,
 my $standby = read_mode_standby(
 	$primary, 'standby',
 	has_streaming => 1,
-	extra_conf => "recovery_min_apply_delay = '1h'\n");
+	extra_conf => "recovery_min_apply_delay = '1h'\narchive_mode = off\n");
 
 # A backlog for the standby to catch up on: updates spread over the table.
 sub make_backlog
@@ -91,8 +94,8 @@ is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
 # update replayed and nothing leaked.  Promotion is noticed only once replay
 # has used up the WAL received, so recovery ends after the held read has
 # completed and been waited for: this shows that a held read delays a
-# promotion without breaking it, not the end of recovery with a read in
-# flight (065 ends recovery at a target while the look-ahead holds blocks).  The session that lets the worker go is opened beforehand, and
+# promotion without breaking it.  The last part ends recovery with a read
+# in flight.  The session that lets the worker go is opened beforehand, and
 # runs its queries once first, so that it needs no read meanwhile.
 if (   $ENV{enable_injection_points} ne 'yes'
 	|| !$primary->check_extension('injection_points')
@@ -109,7 +112,7 @@ my $held = read_mode_standby(
 	$primary, 'held',
 	has_streaming => 1,
 	extra_conf => "shared_buffers = 16MB\nio_method = worker\n"
-	  . "io_workers = 1\ndebug_io_direct = data\n");
+	  . "io_workers = 1\ndebug_io_direct = data\narchive_mode = off\n");
 $held->start;
 $primary->wait_for_replay_catchup($held);
 
@@ -137,6 +140,8 @@ ok( poll_session($session, $worker_held),
 ok( poll_session($session, $startup_reads),
 	'the startup process has a read in flight');
 
+$primary->wait_for_catchup($held, 'flush');
+my $held_offset = -s $held->logfile;
 $session->query_safe('SELECT pg_promote(false)');
 $session->query_safe("SELECT injection_points_detach('$point')");
 $session->query_safe("SELECT injection_points_wakeup('$point')");
@@ -144,22 +149,87 @@ $session->quit;
 
 $held->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
   or die 'timed out waiting for the promotion';
+$held->wait_for_log(qr/database system is ready to accept connections/,
+	$held_offset);
 is($held->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
 	$expected, 'promoted after the held read, with every update');
 ok(!$held->log_contains($log_failures),
 	'no leak or failure in the log of the standby');
 
-done_testing();
+# Recovery that ends, at a recovery target, while a read the look-ahead
+# started for a record past the target is held in flight.  A standby
+# replays from the archive, which at first holds only the WAL of its base
+# backup; once it is consistent, its session evicts the table, and the I/O
+# worker is held before its next read.  Then one segment arrives with a
+# restore point followed by updates of the table: the look-ahead decodes
+# the updates and starts their reads before replay reaches the restore
+# point, where recovery stops and ends.  The end of recovery must wait for
+# the held read, then promote with nothing leaked (the startup process
+# exits normally, so a pin or an I/O handle left behind would be reported).
+my $at_target =
+  $primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t');
+$primary->backup('target_backup');
+my $target = read_mode_standby(
+	$primary, 'target',
+	backup => 'target_backup',
+	has_restoring => 1,
+	extra_conf => "shared_buffers = 16MB\nio_method = worker\n"
+	  . "io_workers = 1\ndebug_io_direct = data\narchive_mode = off\n"
+	  . "recovery_target_name = 'held_target'\n"
+	  . "recovery_target_action = 'promote'\n");
+# The base backup ended its segment, which is archived; nothing follows.
+$target->start;
+$target->poll_query_until('postgres', 'SELECT pg_is_in_recovery()')
+  or die 'timed out waiting for the target standby to replay its backup';
 
-# Run a query in the session until it returns true, or time out.
-sub poll_session
-{
-	my ($sess, $query) = @_;
-	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
-	while (time() < $deadline)
-	{
-		return 1 if $sess->query_safe($query) eq 't';
-		usleep(100_000);
-	}
-	return 0;
-}
+# Every read goes to the one I/O worker, which will be held: the session
+# runs each query it needs once before, so that no catalog page it needs
+# has to be read then (injection_points_wakeup() fails without a waiter).
+$session = $target->background_psql('postgres');
+$session->query_safe($_)
+  for ($startup_reads, $worker_held, 'SELECT pg_is_in_recovery()');
+$session->query_safe(
+	"SELECT injection_points_attach('$point-warm-up', 'wait')");
+$session->query_safe("SELECT injection_points_detach('$point-warm-up')");
+$session->query_safe(
+		"DO \$\$BEGIN PERFORM injection_points_wakeup('$point-warm-up'); "
+	  . "EXCEPTION WHEN OTHERS THEN NULL; END\$\$");
+$session->query_safe(
+	"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
+$session->query_safe("SELECT injection_points_attach('$point', 'wait')");
+
+# The look-ahead does not read ahead of the first record after a segment
+# switch until replay has passed it, so the restore point must not be that
+# record: another one, without block references, comes first.
+my $log_offset = -s $target->logfile;
+$primary->safe_psql('postgres',
+	"SELECT pg_create_restore_point('held_target_lead')");
+$primary->safe_psql('postgres',
+	"SELECT pg_create_restore_point('held_target')");
+$primary->safe_psql('postgres',
+	'UPDATE t SET val = val + 1 WHERE id % 50 = 0');
+archive_current_segment($primary);
+
+$target->wait_for_log(qr/recovery stopping at restore point "held_target"/,
+	$log_offset);
+ok( poll_session($session, $startup_reads),
+	'target: a read of the startup process is in flight after recovery stopped'
+);
+is($session->query_safe('SELECT pg_is_in_recovery()'),
+	't', 'target: the end of recovery waits for it');
+$session->query_safe("SELECT injection_points_detach('$point')");
+$session->query_safe("SELECT injection_points_wakeup('$point')");
+$session->quit;
+
+$target->poll_query_until('postgres', 'SELECT NOT pg_is_in_recovery()')
+  or die 'timed out waiting for the target standby to promote';
+# The startup process reports leaks when it exits, after which the server
+# accepts connections as a primary.
+$target->wait_for_log(qr/database system is ready to accept connections/,
+	$log_offset);
+is($target->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t'),
+	$at_target, 'target: promoted at the restore point, before the update');
+ok(!$target->log_contains($log_failures, $log_offset),
+	'target: no leak, crash or assertion failure at the end of recovery');
+
+done_testing();

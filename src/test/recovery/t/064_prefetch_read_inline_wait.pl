@@ -16,6 +16,9 @@ use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use PrefetchRead::Utils qw(poll_session);
 
 if ($ENV{enable_injection_points} ne 'yes')
 {
@@ -63,52 +66,70 @@ io_method = $io_method
 	$standby->start;
 	$primary->wait_for_replay_catchup($standby);
 
-	# Read t's only block, so that the kernel caches it, then evict it from
-	# shared buffers: redo of the next update reads it again, at once.
-	$standby->safe_psql('postgres', 'SELECT count(*) FROM t');
-	$standby->safe_psql('postgres',
-		"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
-	$standby->safe_psql('postgres',
-		"SELECT injection_points_attach('$point', 'wait')");
-	my $reads_cached_before = $standby->safe_psql('postgres',
-		'SELECT reads_cached FROM pg_stat_recovery_prefetch');
-
-	$round++;
-	$primary->safe_psql('postgres', "UPDATE t SET val = $round WHERE id = 1");
-	$standby->wait_for_event('startup', $point);
-
-	# The first such read need not be t's: on-access pruning of a catalog
-	# page on the primary, say, comes first.  Whichever it is, a query reads
-	# the same block.  The read held at the injection point is the one
-	# marked synchronous; the look-ahead may have other reads in flight.
-	my ($rel, $block) = split /\|/, $standby->safe_psql(
-		'postgres', q{
+	# While the startup process is held, the block it reads may be one that
+	# a new connection needs (a catalog page): no new connection is made
+	# then.  Two sessions are opened before, and run what they will need
+	# once, so that their catalog lookups are cached: one polls and lets the
+	# startup process go, the other reads the block.
+	my $held_sql = qq{SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'startup' AND wait_event = '$point'};
+	my $waiting_sql = q{SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND wait_event = 'AioIoCompletion'};
+	my $aio_sql = q{
 SELECT pg_filenode_relation(
          CASE WHEN target_desc LIKE '%"global/%' THEN 1664 ELSE 0 END,
          substring(target_desc from '/(\d+)"$')::oid),
        substring(target_desc from '^blocks? (\d+)')
 FROM pg_aios
 WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
-  AND f_sync
-});
-	ok(defined $block, "$io_method: the startup process is reading a block");
+  AND f_sync};
+	my $monitor = $standby->background_psql('postgres');
+	$monitor->query_safe($_) for ($held_sql, $waiting_sql, $aio_sql);
+	$monitor->query_safe(
+		"SELECT injection_points_attach('$point-warm-up', 'wait')");
+	$monitor->query_safe("SELECT injection_points_detach('$point-warm-up')");
+	$monitor->query_safe(
+			"DO \$\$BEGIN PERFORM injection_points_wakeup('$point-warm-up'); "
+		  . "EXCEPTION WHEN OTHERS THEN NULL; END\$\$");
 	my $query = $standby->background_psql('postgres');
+	$query->query_safe("SELECT pg_prewarm('t', 'buffer', 'main', 0, 0)");
+
+	# Read t's only block, so that the kernel caches it, then evict it from
+	# shared buffers: redo of the next update reads it again, at once.
+	$monitor->query_safe('SELECT count(*) FROM t');
+	$monitor->query_safe(
+		"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
+	$monitor->query_safe("SELECT injection_points_attach('$point', 'wait')");
+	my $reads_cached_before = $monitor->query_safe(
+		'SELECT reads_cached FROM pg_stat_recovery_prefetch');
+
+	$round++;
+	$primary->safe_psql('postgres', "UPDATE t SET val = $round WHERE id = 1");
+	ok(poll_session($monitor, $held_sql),
+		"$io_method: the startup process is held during a read");
+
+	# The first such read need not be t's: on-access pruning of a catalog
+	# page on the primary, say, comes first.  Whichever it is, a query reads
+	# the same block.  The read held at the injection point is the one
+	# marked synchronous; the look-ahead may have other reads in flight.
+	my ($rel, $block) = split /\|/, $monitor->query_safe($aio_sql);
+	ok(defined $block, "$io_method: the startup process is reading a block");
+	$rel   //= 't';
+	$block //= 0;
 	$query->query_until(
 		qr/start/, qq{
 \\echo start
 SELECT pg_prewarm('$rel', 'buffer', 'main', $block, $block);
 });
-	$standby->wait_for_event('client backend', 'AioIoCompletion');
-	pass(
+	ok( poll_session($monitor, $waiting_sql),
 		"$io_method: the query waits for the read on its condition variable");
 
-	$standby->safe_psql('postgres',
-		"SELECT injection_points_detach('$point')");
-	$standby->safe_psql('postgres',
-		"SELECT injection_points_wakeup('$point')");
+	$monitor->query_safe("SELECT injection_points_detach('$point')");
+	$monitor->query_safe("SELECT injection_points_wakeup('$point')");
 	is($query->query_safe("SELECT 'done'"),
 		"1\ndone", "$io_method: the query completed after the read");
 	$query->quit;
+	$monitor->quit;
 
 	# Redo goes on.
 	$primary->wait_for_replay_catchup($standby);

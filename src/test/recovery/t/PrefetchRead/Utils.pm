@@ -34,11 +34,12 @@ use warnings FATAL => 'all';
 
 use Exporter 'import';
 use Fcntl;
+use Time::HiRes qw(usleep);
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(primary_with_table read_mode_standby archive_current_segment
-  direct_io_supported $log_failures);
+  direct_io_supported poll_session $log_failures);
 
 =pod
 
@@ -57,6 +58,28 @@ our $log_failures =
   'TRAP:|PANIC:|buffer refcount leak|leaked AIO handle|resource was not closed|'
   . '\(PID \d+\) (?:was terminated by|exited with exit code (?:[2-9]|\d\d))|'
   . 'due to startup process failure|abnormal database system shutdown';
+
+=pod
+
+=item poll_session(session, sql)
+
+Run a query in a background_psql session until it returns true, or time
+out (returns false).  Tests use it where a new connection could need a
+block that a held read keeps from it.
+
+=cut
+
+sub poll_session
+{
+	my ($session, $sql) = @_;
+	my $deadline = time() + $PostgreSQL::Test::Utils::timeout_default;
+	while (time() < $deadline)
+	{
+		return 1 if $session->query_safe($sql) eq 't';
+		usleep(100_000);
+	}
+	return 0;
+}
 
 =pod
 
@@ -119,8 +142,9 @@ sub primary_with_table
 
 =item read_mode_standby(primary, name, %params)
 
-Create, but do not start, a node from the primary's backup 'backup' that
-replays with recovery_prefetch_method = read in a 1MB buffer pool.  The
+Create, but do not start, a node from the primary's backup 'backup' (or
+the one named by the parameter backup) that replays with
+recovery_prefetch_method = read in a 1MB buffer pool.  The other
 parameters are passed to init_from_backup (has_streaming, has_restoring,
 ...), except extra_conf, which adds lines to its postgresql.conf.
 
@@ -130,8 +154,9 @@ sub read_mode_standby
 {
 	my ($primary, $name, %params) = @_;
 	my $extra_conf = delete $params{extra_conf} // '';
+	my $backup = delete $params{backup} // 'backup';
 	my $node = PostgreSQL::Test::Cluster->new($name);
-	$node->init_from_backup($primary, 'backup', %params);
+	$node->init_from_backup($primary, $backup, %params);
 	$node->append_conf('postgresql.conf',
 			"shared_buffers = 1MB\nrecovery_prefetch = on\n"
 		  . "recovery_prefetch_method = read\n"
