@@ -20,7 +20,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use FindBin;
 use lib $FindBin::RealBin;
-use PrefetchRead::Utils qw(direct_io_supported);
+use PrefetchRead::Utils qw(direct_io_supported die_with_failures);
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
 $primary->init(allows_streaming => 1);
@@ -115,7 +115,8 @@ foreach my $name (sort keys %variants)
 }
 foreach my $name (sort keys %variants)
 {
-	$primary->wait_for_replay_catchup($standby{$name});
+	eval { $primary->wait_for_replay_catchup($standby{$name}); 1 }
+	  or die_with_failures($standby{$name}, $@);
 }
 
 # What each block holds, leaving out hint bits, which are set without WAL and

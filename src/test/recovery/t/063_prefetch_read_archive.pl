@@ -39,7 +39,7 @@ sub wait_for_replay
 	my ($lsn) = @_;
 	$standby->poll_query_until('postgres',
 		"SELECT pg_last_wal_replay_lsn() >= '$lsn'")
-	  or die "timed out waiting for replay of $lsn";
+	  or die_with_failures($standby, "timed out waiting for replay of $lsn");
 }
 
 sub reads
@@ -59,7 +59,9 @@ cmp_ok($reads1, '>', 0,
 # a few times before the rest arrives.
 $standby->poll_query_until('postgres',
 	q{SELECT count(*) > 0 FROM pg_stat_activity WHERE wait_event = 'RecoveryRetrieveRetryInterval'}
-) or die 'timed out waiting for the standby to wait for WAL';
+  )
+  or die_with_failures($standby,
+	'timed out waiting for the standby to wait for WAL');
 
 my $lsn2 = write_and_archive(2);
 wait_for_replay($lsn2);

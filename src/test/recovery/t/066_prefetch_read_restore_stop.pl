@@ -75,7 +75,8 @@ restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then tou
 	$standby->start;
 	$standby->poll_query_until('postgres',
 		"SELECT pg_last_wal_replay_lsn() >= '$end_lsn'")
-	  or die 'timed out waiting for the rest of the archive';
+	  or die_with_failures($standby,
+		'timed out waiting for the rest of the archive');
 	cmp_ok(
 		$standby->safe_psql(
 			'postgres', 'SELECT reads FROM pg_stat_recovery_prefetch'),

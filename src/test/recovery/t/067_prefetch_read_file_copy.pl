@@ -50,7 +50,8 @@ archive_current_segment($primary);
 $standby->start;
 $standby->poll_query_until('postgres',
 	"SELECT pg_last_wal_replay_lsn() >= '$end_lsn'")
-  or die 'timed out waiting for the standby to replay the archive';
+  or die_with_failures($standby,
+	'timed out waiting for the standby to replay the archive');
 
 is($standby->safe_psql('source', $query),
 	$expected_source, 'the standby has the update of the source');

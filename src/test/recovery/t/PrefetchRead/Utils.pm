@@ -39,7 +39,7 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 
 our @EXPORT = qw(primary_with_table read_mode_standby archive_current_segment
-  direct_io_supported poll_session $log_failures);
+  direct_io_supported poll_session die_with_failures $log_failures);
 
 =pod
 
@@ -58,6 +58,30 @@ our $log_failures =
   'TRAP:|PANIC:|buffer refcount leak|leaked AIO handle|resource was not closed|'
   . '\(PID \d+\) (?:was terminated by|exited with exit code (?:[2-9]|\d\d))|'
   . 'due to startup process failure|abnormal database system shutdown';
+
+=pod
+
+=item die_with_failures(node, message)
+
+Die with the message, followed by the lines of the node's server log that
+match $log_failures: a wait for replay that times out because the startup
+process failed or crashed then says so.
+
+=cut
+
+sub die_with_failures
+{
+	my ($node, $message) = @_;
+	my @lines =
+	  grep { /$log_failures/ } split /\n/, slurp_file($node->logfile);
+	die $message
+	  . (
+		@lines
+		? "\nfailures in the log of node \""
+		  . $node->name . "\":\n"
+		  . join("\n", @lines)
+		: '');
+}
 
 =pod
 
