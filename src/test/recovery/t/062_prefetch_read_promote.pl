@@ -88,9 +88,9 @@ is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
 # Above, reads are seldom in flight at the moment that matters: with
 # buffered I/O most complete at once in the startup process.  Here a
 # promotion is requested while a read the startup process started is held
-# in flight, deterministically: under direct I/O every read goes to the
-# one I/O worker, which an injection point stops before it performs the
-# read.  Promotion must then complete, once the read is let go, with every
+# in flight, deterministically: under direct I/O the look-ahead's reads go
+# to the one I/O worker, which an injection point stops before it performs
+# the read.  Promotion must then complete, once the read is let go, with every
 # update replayed and nothing leaked.  Promotion is noticed only once replay
 # has used up the WAL received, so recovery ends after the held read has
 # completed and been waited for: this shows that a held read delays a
@@ -124,9 +124,16 @@ WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
 my $worker_held = qq{
 SELECT count(*) > 0 FROM pg_stat_activity
 WHERE backend_type = 'io worker' AND wait_event = '$point'};
+my $startup_waits = q{
+SELECT wait_event = 'AioIoCompletion' FROM pg_stat_activity
+WHERE backend_type = 'startup'};
+my @warm_up = (
+	$startup_reads, $worker_held, $startup_waits,
+	'SELECT pg_is_in_recovery()',
+	q{SELECT 'pg_promote'::regproc, 'injection_points_detach'::regproc,
+  'injection_points_wakeup'::regproc});
 my $session = $held->background_psql('postgres');
-$session->query_safe($_)
-  for ($startup_reads, $worker_held, 'SELECT pg_is_in_recovery()');
+$session->query_safe($_) for @warm_up;
 $session->query_safe(
 	"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
 $session->query_safe("SELECT injection_points_attach('$point', 'wait')");
@@ -166,8 +173,13 @@ ok(!$held->log_contains($log_failures),
 # point, where recovery stops and ends.  The end of recovery must wait for
 # the held read, then promote with nothing leaked (the startup process
 # exits normally, so a pin or an I/O handle left behind would be reported).
-my $at_target =
-  $primary->safe_psql('postgres', 'SELECT count(*), sum(val) FROM t');
+# A record before the target that needs a read would wait for the held
+# worker forever.  Connecting to the primary may prune catalog pages, which
+# without full-page writes leaves records that do: the session that writes
+# the WAL of this part connects, and does all that once, before the backup.
+my $writer = $primary->background_psql('postgres');
+my $at_target = $writer->query_safe('SELECT count(*), sum(val) FROM t');
+$writer->query_safe("SELECT pg_create_restore_point('held_target_warm_up')");
 $primary->backup('target_backup');
 my $target = read_mode_standby(
 	$primary, 'target',
@@ -182,12 +194,12 @@ $target->start;
 $target->poll_query_until('postgres', 'SELECT pg_is_in_recovery()')
   or die 'timed out waiting for the target standby to replay its backup';
 
-# Every read goes to the one I/O worker, which will be held: the session
-# runs each query it needs once before, so that no catalog page it needs
-# has to be read then (injection_points_wakeup() fails without a waiter).
+# The look-ahead's reads go to the one I/O worker, which will be held: the
+# session runs each query it needs once before, so that it does not wait
+# for a catalog page then (injection_points_wakeup() fails without a
+# waiter).
 $session = $target->background_psql('postgres');
-$session->query_safe($_)
-  for ($startup_reads, $worker_held, 'SELECT pg_is_in_recovery()');
+$session->query_safe($_) for @warm_up;
 $session->query_safe(
 	"SELECT injection_points_attach('$point-warm-up', 'wait')");
 $session->query_safe("SELECT injection_points_detach('$point-warm-up')");
@@ -200,23 +212,29 @@ $session->query_safe("SELECT injection_points_attach('$point', 'wait')");
 
 # The look-ahead does not read ahead of the first record after a segment
 # switch until replay has passed it, so the restore point must not be that
-# record: another one, without block references, comes first.
+# record: another one, without block references, comes first.  The update
+# touches far more blocks than the look-ahead may pin, so that it does not
+# reach the end of the segment, where it would run restore_command, which
+# waits for the look-ahead's reads first.
 my $log_offset = -s $target->logfile;
-$primary->safe_psql('postgres',
-	"SELECT pg_create_restore_point('held_target_lead')");
-$primary->safe_psql('postgres',
-	"SELECT pg_create_restore_point('held_target')");
-$primary->safe_psql('postgres',
-	'UPDATE t SET val = val + 1 WHERE id % 50 = 0');
+$writer->query_safe("SELECT pg_create_restore_point('held_target_lead')");
+$writer->query_safe("SELECT pg_create_restore_point('held_target')");
+$writer->query_safe('UPDATE t SET val = val + 1 WHERE id % 50 = 0');
+$writer->quit;
 archive_current_segment($primary);
 
-$target->wait_for_log(qr/recovery stopping at restore point "held_target"/,
-	$log_offset);
+eval {
+	$target->wait_for_log(
+		qr/recovery stopping at restore point "held_target"/, $log_offset);
+	1;
+} or die_with_failures($target, $@);
 ok( poll_session($session, $startup_reads),
 	'target: a read of the startup process is in flight after recovery stopped'
 );
+ok( poll_session($session, $startup_waits),
+	'target: the end of recovery waits for it');
 is($session->query_safe('SELECT pg_is_in_recovery()'),
-	't', 'target: the end of recovery waits for it');
+	't', 'target: the server is still in recovery');
 $session->query_safe("SELECT injection_points_detach('$point')");
 $session->query_safe("SELECT injection_points_wakeup('$point')");
 $session->quit;

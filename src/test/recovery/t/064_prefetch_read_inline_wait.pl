@@ -76,11 +76,7 @@ WHERE backend_type = 'startup' AND wait_event = '$point'};
 	my $waiting_sql = q{SELECT count(*) > 0 FROM pg_stat_activity
 WHERE backend_type = 'client backend' AND wait_event = 'AioIoCompletion'};
 	my $aio_sql = q{
-SELECT pg_filenode_relation(
-         CASE WHEN target_desc LIKE '%"global/%' THEN 1664 ELSE 0 END,
-         substring(target_desc from '/(\d+)"$')::oid),
-       substring(target_desc from '^blocks? (\d+)')
-FROM pg_aios
+SELECT target_desc FROM pg_aios
 WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
   AND f_sync};
 	my $monitor = $standby->background_psql('postgres');
@@ -91,7 +87,17 @@ WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
 	$monitor->query_safe(
 			"DO \$\$BEGIN PERFORM injection_points_wakeup('$point-warm-up'); "
 		  . "EXCEPTION WHEN OTHERS THEN NULL; END\$\$");
+	my $read_held_sql = q{
+SELECT pg_prewarm(pg_filenode_relation(
+         CASE WHEN target_desc LIKE '%"global/%' THEN 1664 ELSE 0 END,
+         substring(target_desc from '/(\d+)"$')::oid),
+       'buffer', 'main', b, b)
+FROM pg_aios,
+     LATERAL (SELECT substring(target_desc from '^blocks? (\d+)')::int8 AS b) l
+WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
+  AND f_sync};
 	my $query = $standby->background_psql('postgres');
+	$query->query_safe($read_held_sql);
 	$query->query_safe("SELECT pg_prewarm('t', 'buffer', 'main', 0, 0)");
 
 	# Read t's only block, so that the kernel caches it, then evict it from
@@ -112,15 +118,13 @@ WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
 	# page on the primary, say, comes first.  Whichever it is, a query reads
 	# the same block.  The read held at the injection point is the one
 	# marked synchronous; the look-ahead may have other reads in flight.
-	my ($rel, $block) = split /\|/, $monitor->query_safe($aio_sql);
-	ok(defined $block, "$io_method: the startup process is reading a block");
-	$rel   //= 't';
-	$block //= 0;
-	$query->query_until(
-		qr/start/, qq{
-\\echo start
-SELECT pg_prewarm('$rel', 'buffer', 'main', $block, $block);
-});
+	# The other session finds the relation itself: looking it up may need
+	# the held block, and then it waits for the same read.
+	like(
+		$monitor->query_safe($aio_sql),
+		qr/^blocks? \d+/,
+		"$io_method: the startup process is reading a block");
+	$query->query_until(qr/start/, "\\echo start\n$read_held_sql;\n");
 	ok( poll_session($monitor, $waiting_sql),
 		"$io_method: the query waits for the read on its condition variable");
 
