@@ -30,6 +30,9 @@
 # tools/build (NO_BUILD=1 skips that).  nvwal-oncopy runs a build with
 # NVWAL_PERSIST_ON_COPY: inserters copy WAL into the ring with
 # pmem_memcpy_nodrain() instead of XLogFlush() writing it back.
+# nvwal-async runs NVWAL with synchronous_commit = off, where the WAL writer
+# alone makes the ring durable and writes it back: compared with async, it
+# shows what NVWAL costs a workload that does not wait for its commits.
 # Usage: bench/nvwal.sh [VARIANT...]
 set -euo pipefail
 . "$(dirname "$0")/../tools/lib.sh"
@@ -59,6 +62,7 @@ VARIANTS=(
 	"async|vanilla|synchronous_commit = off||disk"
 	"patched-disk|patched|||disk"
 	"nvwal-oncopy|patched-oncopy|nvwal_path = '$SHM/nvwal-oncopy.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
+	"nvwal-async|patched|nvwal_path = '$SHM/nvwal-async.buf';nvwal_size = $NVWAL_SIZE;synchronous_commit = off|PMEM_IS_PMEM_FORCE=1|disk"
 )
 
 [ "$(id -u)" = 0 ] ||
@@ -199,6 +203,14 @@ stop_cpu_count() {
 		END {if (c != "" && i != "") printf "cycles=%s,instructions=%s", c, i}' "$WORK/perf.csv")
 }
 
+# WAL writes and fsyncs of every process (pg_stat_io; counted whether or not
+# track_wal_io_timing is on).  They show how often the WAL writer and the
+# committers went to pg_wal, which is what the WAL writer's pace decides.
+wal_io_counters() {
+	pgv "$1" psql -XAtq -F ' ' -c "SELECT coalesce(sum(writes), 0), coalesce(sum(fsyncs), 0)
+		FROM pg_stat_io WHERE object = 'wal' AND context = 'normal'"
+}
+
 nvwal_counters() {
 	pgv "$1" psql -XAtq -F ' ' -c 'SELECT flushes, ring_full, written_back FROM pg_stat_nvwal'
 }
@@ -207,6 +219,7 @@ nvwal_counters() {
 # "kind clients variant round tps latency_ms transactions stats" to runs.
 measure() {
 	local kind=$1 clients=$2 name=$3 round=$4 jobs script=() warmup=() before= after stats=- out
+	local io_before io_after
 	jobs=$((clients < 2 ? clients : 2))
 	if [ "$kind" = commit ]; then
 		script=(-f "$WORK/insert.sql")
@@ -223,20 +236,26 @@ measure() {
 		-c "$clients" -j "$jobs" -T "$WARMUP" >/dev/null 2>&1 ||
 		die "$name: warm-up failed"
 	[[ ${BUILD_OF[$name]} == patched* ]] && before=$(nvwal_counters "$name")
+	io_before=$(wal_io_counters "$name")
 	[ "$COUNT_CPU" = 0 ] || start_cpu_count
 	out=$(pgv "$name" pgbench -n ${script[@]+"${script[@]}"} -c "$clients" -j "$jobs" -T "$DURATION" 2>&1) ||
 		{ echo "$out" >&2; die "$name: pgbench failed"; }
 	CPU_COUNT=
 	[ "$COUNT_CPU" = 0 ] || stop_cpu_count
+	# Statistics reach pg_stat_io when a process reports them, up to a
+	# second or so late; over a run of several seconds that is a small error.
+	io_after=$(wal_io_counters "$name")
 	if [ -n "$before" ]; then
 		after=$(nvwal_counters "$name")
 		read -r f0 r0 w0 <<<"$before"
 		read -r f1 r1 w1 <<<"$after"
 		stats="flushes=$((f1 - f0)),ring_full=$((r1 - r0)),written_back=$((w1 - w0))"
 	fi
-	if [ -n "$CPU_COUNT" ]; then
-		[ "$stats" = - ] && stats=$CPU_COUNT || stats+=",$CPU_COUNT"
-	fi
+	read -r w0 s0 <<<"$io_before"
+	read -r w1 s1 <<<"$io_after"
+	[ "$stats" = - ] && stats= || stats+=,
+	stats+="wal_writes=$((w1 - w0)),wal_fsyncs=$((s1 - s0))"
+	[ -z "$CPU_COUNT" ] || stats+=",$CPU_COUNT"
 	local tps lat txns
 	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
 	lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")

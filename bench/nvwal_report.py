@@ -118,7 +118,8 @@ def main():
             ("nvwal / tmpfs", "nvwal", "tmpfs", 1.0, True),
             ("nvwal / disk", "nvwal", "disk", None, False),
             ("patched-disk / disk", "patched-disk", "disk", None, False),
-            ("nvwal-oncopy / nvwal", "nvwal-oncopy", "nvwal", None, False)):
+            ("nvwal-oncopy / nvwal", "nvwal-oncopy", "nvwal", None, False),
+            ("nvwal-async / async", "nvwal-async", "async", None, False)):
         within = [ratio(a, b, c) for c in clients]
         values = [statistics.median(w) if w else None for w in within]
         if all(v is None for v in values):
@@ -185,6 +186,24 @@ def main():
         for n, w, txns, f, per, full, wb in rows:
             print(f"  {n:<12} {w:<12} {txns:>12} {f:>10} {per:>8.2f} {full:>10} {wb:>16.1f}")
 
+    # How often every variant went to pg_wal: with NVWAL only the WAL
+    # writer (or an inserter finding the ring full) should.
+    rows = []
+    for kind, label in (("tpcb", "TPC-B"), ("commit", "INSERT")):
+        for c in sorted(runs[kind]):
+            for n, rs in runs[kind][c].items():
+                txns = sum(r[2] for r in rs)
+                if not txns or not any("wal_fsyncs" in r[3] for r in rs):
+                    continue
+                w = sum(r[3].get("wal_writes", 0) for r in rs)
+                s = sum(r[3].get("wal_fsyncs", 0) for r in rs)
+                rows.append((n, f"{label} -c{c}", txns, 1000 * w / txns, 1000 * s / txns))
+    if rows:
+        print("\nWAL writes and fsyncs to pg_wal per 1000 transactions (pg_stat_io, all processes)")
+        print(f"  {'variant':<12} {'workload':<12} {'transactions':>12} {'writes':>10} {'fsyncs':>10}")
+        for n, wl, txns, w, s in rows:
+            print(f"  {n:<12} {wl:<12} {txns:>12} {w:>10.1f} {s:>10.1f}")
+
     fsync_txt = os.path.join(work, "pg_test_fsync.txt")
     if os.path.exists(fsync_txt):
         with open(fsync_txt, errors="replace") as f:
@@ -213,7 +232,7 @@ def main():
             f.write(f"{c} " + " ".join(f"{tps.get((n, c), float('nan')):.1f}" for n in names) + "\n")
     colors = {"disk": "#999999", "tmpfs": "#377eb8", "nvwal": "#e41a1c",
               "async": "#4daf4a", "patched-disk": "#555555",
-              "nvwal-oncopy": "#ff7f00"}
+              "nvwal-oncopy": "#ff7f00", "nvwal-async": "#a65628"}
     def color(n):
         return colors.get(n, "#984ea3")
     lat_dat = os.path.join(work, "plot-latency.dat")

@@ -48,8 +48,9 @@ extern Size NvwalRingSize(void);
 extern char *NvwalAttach(const ControlFileData *controlFile);
 extern bool NvwalSalvageNeeded(void);
 extern void NvwalSalvage(void);
-extern void NvwalArchiveSalvagedSegments(XLogRecPtr endOfLog,
-										 TimeLineID endOfLogTLI);
+extern void NvwalArchiveCompletedSegments(XLogRecPtr redo,
+										  XLogRecPtr endOfLog,
+										  TimeLineID endOfLogTLI);
 extern uint64 NvwalRenewFileId(uint64 recorded_id);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 

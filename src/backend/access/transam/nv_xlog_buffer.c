@@ -111,16 +111,6 @@ typedef struct NvwalShared
 
 static NvwalShared *NvwalShmem = NULL;
 
-#ifdef USE_LIBPMEM
-/*
- * What the salvage wrote to pg_wal in this process, for
- * NvwalArchiveSalvagedSegments(); salvaged_end is invalid when nothing.
- */
-static XLogRecPtr salvaged_start = InvalidXLogRecPtr;
-static XLogRecPtr salvaged_end = InvalidXLogRecPtr;
-static TimeLineID salvaged_tli = 0;
-#endif
-
 /* The mapping; set in the postmaster and inherited by its children */
 static char *nvwal_map = NULL;
 static size_t nvwal_map_len = 0;
@@ -1181,6 +1171,8 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			written = pg_pwrite(fd, nvwal_ring + off, len,
 								XLogSegmentOffset(ptr, wal_segment_size));
 			pgstat_report_wait_end();
+			if (written < 0 && errno == EINTR)
+				continue;
 			if (written <= 0)
 			{
 				bool		no_space;
@@ -1274,9 +1266,6 @@ NvwalSalvage(void)
 		SetInstallXLogFileSegmentActive();
 		nvwal_write_to_segments(start, end, tli);
 		ResetInstallXLogFileSegmentActive();
-		salvaged_start = start;
-		salvaged_end = end;
-		salvaged_tli = tli;
 
 		error_context_stack = errcallback.previous;
 	}
@@ -1293,41 +1282,48 @@ NvwalSalvage(void)
 }
 
 /*
- * Crash recovery has found where valid WAL ends.  Mark the segments that the
- * salvage completed, as far as they hold valid WAL only, ready for
- * archiving: XLogWrite() never finished them, so nothing else would until a
- * checkpoint removed or recycled them, which wal_keep_size or a slot can put
- * off for long.  The salvage also writes pages after the durable end, which
- * recovery may reject; a segment holding such pages is rewritten from the
- * end of WAL on, and XLogWrite() marks it when it completes it.  After
- * archive recovery, whose end decides what becomes of the old timeline's
- * last segment, checkpoints mark them, as they would without NVWAL.
+ * Recovery has ended, and new WAL will be written from 'endOfLog' on.  Mark
+ * the segment files of timeline 'endOfLogTLI' in pg_wal that have no archive
+ * status yet, from the one holding 'redo' to the last that ends at or before
+ * 'endOfLog', ready for archiving.
+ *
+ * Without NVWAL, XLogWrite() marks a segment once it has completed it in
+ * pg_wal.  With NVWAL, a segment may have been complete only in the ring
+ * when the server crashed; the salvage completed it in pg_wal, and nothing
+ * else would mark it until a checkpoint removed or recycled it, which
+ * wal_keep_size or a slot can put off for long.  This depends on nothing
+ * the salvage remembers, so a second failure during recovery, after the
+ * salvage has emptied the ring, leaves no segment unmarked either.  The
+ * checkpoint recovery started from wrote and marked the segments before its
+ * redo pointer.  The segment holding 'endOfLog' is left alone: the salvage
+ * may have written pages past the end of valid WAL there, which new WAL
+ * overwrites, and XLogWrite() marks it when it completes it.  Segments
+ * restored from an archive or received from a primary carry a status
+ * already.
  */
 void
-NvwalArchiveSalvagedSegments(XLogRecPtr endOfLog, TimeLineID endOfLogTLI)
+NvwalArchiveCompletedSegments(XLogRecPtr redo, XLogRecPtr endOfLog,
+							  TimeLineID endOfLogTLI)
 {
-#ifdef USE_LIBPMEM
 	XLogSegNo	segno;
+	XLogSegNo	endsegno;
 
-	if (XLogRecPtrIsInvalid(salvaged_end) || endOfLogTLI != salvaged_tli ||
-		!XLogArchivingActive())
+	if (!NvwalActive || !XLogArchivingActive())
 		return;
 
-	XLByteToSeg(salvaged_start, segno, wal_segment_size);
-	for (;; segno++)
+	XLByteToSeg(redo, segno, wal_segment_size);
+	XLByteToSeg(endOfLog, endsegno, wal_segment_size);
+	for (; segno < endsegno; segno++)
 	{
-		XLogRecPtr	segend;
 		char		segname[MAXFNAMELEN];
+		char		path[MAXPGPATH];
+		struct stat st;
 
-		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
-		if (segend > salvaged_end || segend > endOfLog)
-			break;
-		XLogFileName(segname, salvaged_tli, segno, wal_segment_size);
-		if (!XLogArchiveIsReadyOrDone(segname))
-			XLogArchiveNotifySeg(segno, salvaged_tli);
+		XLogFileName(segname, endOfLogTLI, segno, wal_segment_size);
+		snprintf(path, MAXPGPATH, XLOGDIR "/%s", segname);
+		if (stat(path, &st) == 0 && !XLogArchiveIsReadyOrDone(segname))
+			XLogArchiveNotifySeg(segno, endOfLogTLI);
 	}
-	salvaged_end = InvalidXLogRecPtr;
-#endif
 }
 
 /*

@@ -3,11 +3,15 @@
 
 # A standby catching up with recovery_prefetch_method = read must shut down
 # promptly on a fast shutdown, and promote, while its look-ahead reads ahead:
-# neither may wait for more WAL or leave buffers behind.  A reload that
-# resets the look-ahead while it holds blocks must not disturb replay either.  After promotion it has
-# replayed everything the primary wrote, and takes writes.  Then a second
-# standby is asked to promote while a read its startup process started is
-# held in flight by an injection point in the I/O worker.
+# neither may wait for more WAL, crash or fail an assertion, and promotion
+# must leave no buffer pinned.  A reload that resets the look-ahead while it
+# holds blocks must not disturb replay either.  After promotion the standby
+# has replayed everything the primary wrote, and takes writes.  Then a
+# second standby is asked to promote while a read its startup process
+# started is held in flight by an injection point in the I/O worker.  Last,
+# a standby restoring from the archive reaches its recovery target while a
+# look-ahead read is held in flight: recovery must wait for it, promote at
+# the target, and leak nothing.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;

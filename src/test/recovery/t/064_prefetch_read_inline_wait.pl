@@ -148,4 +148,108 @@ WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')
 	$standby->stop;
 }
 
+# A query may also begin to wait for a read while the startup process has
+# only staged it, before trying it inline.  When the page cache lacks the
+# data, the read is then submitted to io_uring, where it completes only when
+# someone waits for it through io_uring.  The query must do so itself rather
+# than wait for the startup process to: that may take long (replay paused
+# or delayed, a recovery conflict).  Here a second injection point holds the
+# startup process just before it waits for the read.
+if (grep { $_ eq 'io_uring' } @io_methods)
+{
+	my $staged_point = 'aio-inline-read-before-attempt';
+	my $wait_point = 'recovery-prefetch-wait-read';
+	my $standby = PostgreSQL::Test::Cluster->new('standby_staged');
+	$standby->init_from_backup($primary, 'backup', has_streaming => 1);
+	$standby->append_conf(
+		'postgresql.conf', qq{
+recovery_prefetch = on
+recovery_prefetch_method = read
+io_method = io_uring
+});
+	$standby->start;
+	# The primary's change comes from a session that has made it once
+	# before, so that it writes no other record (catalog pruning, say) whose
+	# block the look-ahead might read first.
+	my $writer = $primary->background_psql('postgres');
+	my $change_sql = 'UPDATE t SET val = val + 1 WHERE id = 1';
+	$writer->query_safe($change_sql);
+	$primary->wait_for_replay_catchup($standby);
+
+	my $monitor = $standby->background_psql('postgres');
+	my $query = $standby->background_psql('postgres');
+	my $held_sql = q{SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'startup' AND wait_event = '%s'};
+	my $staged_held_sql = sprintf($held_sql, $staged_point);
+	my $waiting_sql = q{SELECT count(*) > 0 FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND wait_event = 'AioIoCompletion'};
+	my $done_sql = q{SELECT count(*) = 0 FROM pg_stat_activity
+WHERE backend_type = 'client backend' AND wait_event = 'AioIoCompletion'};
+	my $staged_sql = q{
+SELECT state || ' ' || target_desc FROM pg_aios
+WHERE pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'startup')};
+	my $cached_sql = q{SELECT reads_cached FROM pg_stat_recovery_prefetch};
+	my $wakeup_sql = q{DO $$BEGIN PERFORM injection_points_wakeup('%s');
+EXCEPTION WHEN OTHERS THEN NULL; END$$};
+	$monitor->query_safe($_)
+	  for ($staged_held_sql, $waiting_sql, $done_sql, $staged_sql,
+		$cached_sql);
+	$monitor->query_safe(
+		"SELECT injection_points_attach('$staged_point-warm-up', 'wait')");
+	$monitor->query_safe(
+		"SELECT injection_points_detach('$staged_point-warm-up')");
+	$monitor->query_safe(sprintf($wakeup_sql, "$staged_point-warm-up"));
+	my $val = $query->query_safe('SELECT val FROM t WHERE id = 1');
+
+	# t's block leaves shared buffers and the page cache, so that redo of
+	# the update reads it, and the attempt to read it inline misses.
+	my $t_file = $standby->data_dir . '/'
+	  . $monitor->query_safe("SELECT pg_relation_filepath('t')");
+	$monitor->query_safe(
+		"SELECT buffers_evicted FROM pg_buffercache_evict_relation('t')");
+	system('sync', $t_file) == 0 or die "could not sync $t_file";
+	system(
+		'dd', "if=$t_file", 'of=/dev/null',
+		'iflag=nocache', 'count=0', 'status=none') == 0
+	  or die "could not drop $t_file from the page cache";
+	my $cached_before = $monitor->query_safe($cached_sql);
+
+	$monitor->query_safe(
+		"SELECT injection_points_attach('$staged_point', 'wait')");
+	$monitor->query_safe(
+		"SELECT injection_points_attach('$wait_point', 'wait')");
+	$writer->query_safe($change_sql);
+	ok(poll_session($monitor, $staged_held_sql),
+		'staged: the startup process is held before trying a read inline');
+	like(
+		$monitor->query_safe($staged_sql),
+		qr/^STAGED block 0 in file "base\/\d+\/\d+"$/,
+		'staged: the held read is of t, and only staged');
+	$query->query_until(qr/start/,
+		"\\echo start\nSELECT val FROM t WHERE id = 1;\n");
+	ok( poll_session($monitor, $waiting_sql),
+		'staged: a query waits for the read');
+
+	# The startup process submits the read, and is held again before it
+	# waits for it, unless the query has completed it by then.
+	$monitor->query_safe("SELECT injection_points_detach('$staged_point')");
+	$monitor->query_safe("SELECT injection_points_wakeup('$staged_point')");
+	ok(poll_session($monitor, $done_sql),
+		'staged: the query completed the read without the startup process');
+	$monitor->query_safe("SELECT injection_points_detach('$wait_point')");
+	$monitor->query_safe(sprintf($wakeup_sql, $wait_point));
+	is($query->query_safe("SELECT 'done'"),
+		"$val\ndone", 'staged: the query saw the row as before the update');
+	is($monitor->query_safe($cached_sql),
+		$cached_before, 'staged: the read missed the page cache');
+
+	$primary->wait_for_replay_catchup($standby);
+	is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
+		$val + 1, 'staged: redo replayed the update');
+	$query->quit;
+	$monitor->quit;
+	$writer->quit;
+	$standby->stop;
+}
+
 done_testing();

@@ -6,7 +6,9 @@
 # Recovery must stop at the target and promote as it does without
 # prefetching; the damaged block must still be reported to whoever reads it
 # afterwards, also when the startup process ran with zero_damaged_pages or
-# ignore_checksum_failure.
+# ignore_checksum_failure.  Each recovery to the target must end without a
+# leaked pin or I/O handle.  Last, on a streaming standby, a reload that
+# turns either setting on or off switches the mode at the next record.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;

@@ -15,7 +15,11 @@
 # pg_wal before the crash, shows that the same checks see WAL that is there.
 # A last round, with the WAL writer stopped again, checks that pg_waldump
 # finds all WAL up to the position pg_current_wal_flush_lsn() or
-# pg_current_wal_lsn() returned.
+# pg_current_wal_lsn() returned.  After a backend crash, pg_stat_nvwal
+# must still describe the file, which stays mapped.  Segments that were
+# complete only in the ring at a crash must be archived once start-up has
+# written them; and when a record in the ring's tail is damaged after the
+# crash, only the segments recovery found valid to their end are archived.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -320,6 +324,50 @@ ok( !-e $archiving->archive_dir . "/$seg2"
 ok( !-e $archiving->archive_dir . "/$seg3"
 	  && !-e $archiving->data_dir . "/pg_wal/archive_status/$seg3.ready",
 	'damaged record: a segment after the end of WAL is not archived');
+
+# A second failure during recovery, after the salvage has emptied the ring,
+# must not leave the segments it completed unmarked: the next start has
+# nothing to salvage.  Here the first recovery fails on a relation file it
+# may not open.
+$archiving->safe_psql('postgres',
+	'CREATE TABLE b (id int, pad text); CHECKPOINT; SELECT pg_switch_wal()');
+my $b_first = $archiving->safe_psql('postgres',
+	'SELECT pg_walfile_name(pg_current_wal_insert_lsn())');
+my $b_file = $archiving->data_dir . '/'
+  . $archiving->safe_psql('postgres', "SELECT pg_relation_filepath('b')");
+$archiving_walwriter = stop_walwriter($archiving);
+$archiving->safe_psql('postgres',
+	q{INSERT INTO b SELECT g, repeat('c', 200) FROM generate_series(1, 15000) g}
+);
+cmp_ok(
+	$archiving->safe_psql(
+		'postgres', 'SELECT pg_walfile_name(pg_current_wal_insert_lsn())'),
+	'gt', $b_first,
+	'second failure: the commit spans segments');
+crash_with_walwriter_stopped($archiving, $archiving_walwriter);
+chmod(0, $b_file) or die "could not chmod $b_file: $!";
+my $failed_offset = -s $archiving->logfile;
+ok(!$archiving->start(fail_ok => 1),
+	'second failure: recovery fails on a file it may not open');
+like(
+	slurp_file($archiving->logfile, $failed_offset),
+	qr/wrote WAL from \S+ to \S+ on timeline \d+ from non-volatile WAL buffer file/,
+	'second failure: the failed start had salvaged the ring');
+chmod(0600, $b_file) or die "could not chmod $b_file: $!";
+my $restart_offset = -s $archiving->logfile;
+$archiving->start;
+unlike(
+	slurp_file($archiving->logfile, $restart_offset),
+	qr/wrote WAL from/,
+	'second failure: the next start has nothing to salvage');
+is($archiving->safe_psql('postgres', 'SELECT count(*) FROM b'),
+	'15000', 'second failure: the commit survived');
+ok( $archiving->poll_query_until(
+		'postgres',
+		"SELECT last_archived_wal >= '$b_first' FROM pg_stat_archiver"),
+	'second failure: the segments the salvage completed are archived');
+ok(-f $archiving->archive_dir . "/$b_first",
+	'second failure: the first of them is in the archive');
 $archiving->stop;
 
 done_testing();

@@ -8,7 +8,9 @@
 # also has in pg_wal.  A target with a file of its own keeps it, a target
 # without one gets none, with a source server (libpq) and with a stopped
 # source data directory alike.  Both rewound nodes must then follow the new
-# primary and end up with its data.
+# primary and end up with its data.  Last, a standby stopped during its
+# promotion (while recovery_end_command runs), whose last WAL may be in its
+# ring only, is rewound: pg_rewind must not take that for a clean shutdown.
 use strict;
 use warnings FATAL => 'all';
 use File::Copy;
