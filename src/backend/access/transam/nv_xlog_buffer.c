@@ -1284,8 +1284,9 @@ NvwalSalvage(void)
 /*
  * Recovery has ended, and new WAL will be written from 'endOfLog' on.  Mark
  * the segment files of timeline 'endOfLogTLI' in pg_wal that have no archive
- * status yet, from the one holding 'redo' to the last that ends at or before
- * 'endOfLog', ready for archiving.
+ * status yet, from the one holding 'redo' (the redo pointer of the checkpoint
+ * recovery started from) to the last that ends at or before 'endOfLog',
+ * ready for archiving.
  *
  * Without NVWAL, XLogWrite() marks a segment once it has completed it in
  * pg_wal.  With NVWAL, a segment may have been complete only in the ring
@@ -1293,13 +1294,14 @@ NvwalSalvage(void)
  * else would mark it until a checkpoint removed or recycled it, which
  * wal_keep_size or a slot can put off for long.  This depends on nothing
  * the salvage remembers, so a second failure during recovery, after the
- * salvage has emptied the ring, leaves no segment unmarked either.  The
- * checkpoint recovery started from wrote and marked the segments before its
- * redo pointer.  The segment holding 'endOfLog' is left alone: the salvage
- * may have written pages past the end of valid WAL there, which new WAL
- * overwrites, and XLogWrite() marks it when it completes it.  Segments
- * restored from an archive or received from a primary carry a status
- * already.
+ * salvage has emptied the ring, leaves no segment unmarked either, as long
+ * as the server starts again with NVWAL.  The checkpoint recovery started
+ * from wrote back the ring up to its record, through XLogWrite(), which
+ * marked the segments before it.  The segment holding 'endOfLog' is left
+ * alone: the salvage may have written pages past the end of valid WAL there,
+ * which new WAL overwrites, and XLogWrite() marks it when it completes it.
+ * Segments restored from an archive or received from a primary carry a
+ * status already.
  */
 void
 NvwalArchiveCompletedSegments(XLogRecPtr redo, XLogRecPtr endOfLog,
