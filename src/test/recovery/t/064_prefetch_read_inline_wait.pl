@@ -55,11 +55,11 @@ INSERT INTO t SELECT g, 0 FROM generate_series(1, 100) g;
 });
 $primary->backup('backup');
 
-my $point = 'aio-inline-read-before-completion';
-my $round = 0;
-foreach my $io_method (@io_methods)
+# A streaming standby in read mode with the given io_method, started.
+sub start_read_standby
 {
-	my $standby = PostgreSQL::Test::Cluster->new("standby_$io_method");
+	my ($name, $io_method) = @_;
+	my $standby = PostgreSQL::Test::Cluster->new($name);
 	$standby->init_from_backup($primary, 'backup', has_streaming => 1);
 	$standby->append_conf(
 		'postgresql.conf', qq{
@@ -68,6 +68,14 @@ recovery_prefetch_method = read
 io_method = $io_method
 });
 	$standby->start;
+	return $standby;
+}
+
+my $point = 'aio-inline-read-before-completion';
+my $round = 0;
+foreach my $io_method (@io_methods)
+{
+	my $standby = start_read_standby("standby_$io_method", $io_method);
 	$primary->wait_for_replay_catchup($standby);
 
 	# While the startup process is held, the block it reads may be one that
@@ -163,15 +171,7 @@ if (grep { $_ eq 'io_uring' } @io_methods)
 {
 	my $staged_point = 'aio-inline-read-before-attempt';
 	my $wait_point = 'recovery-prefetch-wait-read';
-	my $standby = PostgreSQL::Test::Cluster->new('standby_staged');
-	$standby->init_from_backup($primary, 'backup', has_streaming => 1);
-	$standby->append_conf(
-		'postgresql.conf', qq{
-recovery_prefetch = on
-recovery_prefetch_method = read
-io_method = io_uring
-});
-	$standby->start;
+	my $standby = start_read_standby('standby_staged', 'io_uring');
 	# The primary's change comes from a session that has made it once
 	# before, so that it writes no other record (catalog pruning, say) whose
 	# block the look-ahead might read first.

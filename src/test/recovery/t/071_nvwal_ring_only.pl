@@ -248,6 +248,15 @@ unlike(slurp_file($node->logfile),
 
 $node->stop;
 
+# Whether the archiver reached 'segment' and the archive holds it.
+sub archived
+{
+	my ($node, $segment) = @_;
+	return $node->poll_query_until('postgres',
+		"SELECT last_archived_wal >= '$segment' FROM pg_stat_archiver")
+	  && -f $node->archive_dir . "/$segment";
+}
+
 # Segments that were complete only in the ring when the server crashed are
 # completed in pg_wal by start-up, and must be archived like any other.
 # wal_keep_size keeps checkpoints from noticing them, as they would when
@@ -274,12 +283,9 @@ cmp_ok($last_segment, 'gt', $first_segment,
 	'archiving: the commit spans segments');
 crash_with_walwriter_stopped($archiving, $archiving_walwriter);
 $archiving->start;
-ok( $archiving->poll_query_until(
-		'postgres',
-		"SELECT last_archived_wal >= '$first_segment' FROM pg_stat_archiver"),
-	'archiving: segments completed by start-up are archived');
-ok( -f $archiving->archive_dir . "/$first_segment",
-	'archiving: the first of them is in the archive');
+ok( archived($archiving, $first_segment),
+	'archiving: segments completed by start-up are archived, the first included'
+);
 
 # The salvage also writes what follows the durable end, which recovery may
 # reject: only segments recovery found valid to their end are archived.  A
@@ -362,12 +368,9 @@ unlike(
 	'second failure: the next start has nothing to salvage');
 is($archiving->safe_psql('postgres', 'SELECT count(*) FROM b'),
 	'15000', 'second failure: the commit survived');
-ok( $archiving->poll_query_until(
-		'postgres',
-		"SELECT last_archived_wal >= '$b_first' FROM pg_stat_archiver"),
-	'second failure: the segments the salvage completed are archived');
-ok(-f $archiving->archive_dir . "/$b_first",
-	'second failure: the first of them is in the archive');
+ok( archived($archiving, $b_first),
+	'second failure: the segments the salvage completed are archived, the first included'
+);
 $archiving->stop;
 
 done_testing();
