@@ -41,6 +41,11 @@ $ENV{PMEM_IS_PMEM_FORCE} = '1';
 
 my $rounds = 20;
 my $nclients = 3;
+
+# The crash moments are random; NVWAL_CRASH_SEED repeats a failed run's.
+my $seed = $ENV{NVWAL_CRASH_SEED} // (time() ^ $$);
+srand($seed);
+note "random seed $seed (set NVWAL_CRASH_SEED to repeat)";
 my $inserts_per_script = 50000;
 
 # An LSN as a number, to compare.

@@ -59,6 +59,26 @@ sub waldump
 	return $stdout;
 }
 
+# With the WAL writer stopped, commit a row with the given note, and check
+# that pg_waldump does not find the commit in pg_wal.  Returns where WAL
+# ended before it, its transaction ID and where its WAL ends.
+sub commit_past_pg_wal
+{
+	my ($node, $note, $label) = @_;
+	my $start =
+	  $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+	my ($xid, $commit_end) = split /\n/, $node->safe_psql(
+		'postgres', qq{
+INSERT INTO t SELECT max(id) + 1, '$note' FROM t RETURNING pg_current_xact_id();
+SELECT pg_current_wal_insert_lsn();
+});
+	unlike(
+		waldump($node, $start),
+		qr/tx:\s+$xid,.*desc: COMMIT/,
+		"$label: the commit record is not in pg_wal yet");
+	return ($start, $xid, $commit_end);
+}
+
 my $salvage_re =
   qr/wrote WAL from (\S+) to (\S+) on timeline \d+ from non-volatile WAL buffer file "nvwal" to pg_wal/;
 
@@ -187,17 +207,8 @@ is( $node->safe_psql(
 $walwriter = stop_walwriter($node);
 foreach my $function ('pg_current_wal_flush_lsn', 'pg_current_wal_lsn')
 {
-	my $start =
-	  $node->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
-	($xid, $commit_end) = split /\n/, $node->safe_psql(
-		'postgres', qq{
-INSERT INTO t SELECT max(id) + 1, '$function' FROM t RETURNING pg_current_xact_id();
-SELECT pg_current_wal_insert_lsn();
-});
-	unlike(
-		waldump($node, $start),
-		qr/tx:\s+$xid,.*desc: COMMIT/,
-		"$function: the commit record is not in pg_wal yet");
+	(my $start, $xid, $commit_end) =
+	  commit_past_pg_wal($node, $function, $function);
 
 	my $end = $node->safe_psql('postgres', "SELECT $function()");
 	is( $node->safe_psql(
@@ -218,23 +229,31 @@ kill('CONT', $walwriter) or die "could not resume the WAL writer: $!";
 
 # When a backend crashes, the postmaster reinitializes shared memory but
 # keeps the file mapped: the start-up process salvages the ring through that
-# mapping, and pg_stat_nvwal must still describe it.
+# mapping, and pg_stat_nvwal must still describe it.  The last commit
+# before the crash is in the ring only (the WAL writer is stopped, then
+# killed with the backend), so it survives only if that salvage works.
 $node->safe_psql('postgres', 'ALTER SYSTEM SET restart_after_crash = on');
 $node->reload;
 my $victim = $node->background_psql('postgres', on_error_stop => 0);
 my $victim_pid = $victim->query_safe('SELECT pg_backend_pid()');
-$node->safe_psql('postgres',
-	q{INSERT INTO t SELECT max(id) + 1, 'before a backend crash' FROM t});
+$walwriter = stop_walwriter($node);
+(undef, $xid, $commit_end) =
+  commit_past_pg_wal($node, 'before a backend crash', 'crash restart');
 my $log_offset = -s $node->logfile;
 kill('KILL', $victim_pid) or die "could not kill backend $victim_pid: $!";
+kill('KILL', $walwriter) or die "could not kill the WAL writer: $!";
 $node->wait_for_log(qr/all server processes terminated; reinitializing/,
 	$log_offset);
 $node->wait_for_log(qr/database system is ready to accept connections/,
 	$log_offset);
 eval { $victim->quit; };
-ok( $node->log_contains(
-		qr/wrote WAL from .* from non-volatile WAL buffer file/, $log_offset),
-	'crash restart: start-up wrote the ring\'s tail to pg_wal');
+my ($tail_from, $tail_to) =
+  slurp_file($node->logfile, $log_offset) =~ $salvage_re;
+ok( defined $tail_to && $node->safe_psql('postgres',
+		"SELECT '$tail_from'::pg_lsn < '$commit_end' AND '$tail_to'::pg_lsn >= '$commit_end'"
+	) eq 't',
+	'crash restart: start-up wrote the ring\'s tail, with the commit, to pg_wal'
+);
 is( $node->safe_psql(
 		'postgres',
 		q{SELECT count(*) FROM t WHERE note = 'before a backend crash'}),

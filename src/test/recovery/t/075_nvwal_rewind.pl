@@ -76,7 +76,7 @@ sub rewind
 		"$name: pg_rewind does not copy the source's NVWAL file");
 	move($keep, $conf) or die "could not restore $conf: $!";
 	$target->enable_streaming($leader);
-	return;
+	return $stderr;
 }
 
 my $primary = PostgreSQL::Test::Cluster->new('primary');
@@ -188,10 +188,14 @@ like(
 	qr/^Non-volatile WAL buffer in use:\s+yes$/m,
 	'stopped in recovery: pg_control still names the NVWAL file');
 $standby1->safe_psql('postgres', 'INSERT INTO t VALUES (-3)');
-rewind(
+my $rewind_log = rewind(
 	$standby3, $standby1,
 	'stopped in recovery',
 	'--source-server' => $standby1->connstr('postgres'));
+like(
+	$rewind_log,
+	qr/for target server to complete crash recovery/,
+	'stopped in recovery: pg_rewind ran crash recovery on the target first');
 $standby3->start;
 $standby1->wait_for_replay_catchup($standby3);
 is(rows($standby3), rows($standby1),

@@ -232,7 +232,12 @@ $node2->safe_psql('postgres', 'CREATE TABLE t AS SELECT 1 AS a');
 $node2->stop;
 my $size_before = -s "$fs/nvwal";
 $node2->append_conf('postgresql.conf', 'nvwal_size = 64MB');
+$offset = -s $node2->logfile;
 ok(!$node2->start(fail_ok => 1), 'a resize that does not fit is refused');
+like(
+	slurp_file($node2->logfile, $offset),
+	qr/FATAL:  could not create non-volatile WAL buffer file "\Q$fs\E\/nvwal\.tmp": .*\n.*HINT:  Check that the file system has room for \d+ bytes/,
+	'the refusal of the resize says the new file did not fit');
 is(-s "$fs/nvwal", $size_before, 'the file in use is left as it was');
 is(files_in_fs(), 'full_wal nvwal', 'the failed resize left no file behind');
 $node2->append_conf('postgresql.conf', 'nvwal_size = 8MB');

@@ -166,6 +166,8 @@ sub crash_with_walwriter_stopped
 	kill('QUIT', $pm_pid) or die "could not signal the postmaster: $!";
 	kill('KILL', $walwriter) or die "could not kill the WAL writer: $!";
 	$node->stop('immediate', fail_ok => 1);
+	die "the server did not stop after the crash"
+	  if -e $node->data_dir . '/postmaster.pid';
 	lose_unsynced_wal($node, $file);
 	return;
 }
