@@ -1307,25 +1307,35 @@ void
 NvwalArchiveCompletedSegments(XLogRecPtr redo, XLogRecPtr endOfLog,
 							  TimeLineID endOfLogTLI)
 {
-	XLogSegNo	segno;
+	XLogSegNo	firstsegno;
 	XLogSegNo	endsegno;
+	DIR		   *dir;
+	struct dirent *de;
 
 	if (!NvwalActive || !XLogArchivingActive())
 		return;
 
-	XLByteToSeg(redo, segno, wal_segment_size);
+	/*
+	 * List pg_wal rather than try every segment number in the range: for a
+	 * standby promoted long after its recovery began, that range can span far
+	 * more segments than pg_wal keeps.
+	 */
+	XLByteToSeg(redo, firstsegno, wal_segment_size);
 	XLByteToSeg(endOfLog, endsegno, wal_segment_size);
-	for (; segno < endsegno; segno++)
+	dir = AllocateDir(XLOGDIR);
+	while ((de = ReadDir(dir, XLOGDIR)) != NULL)
 	{
-		char		segname[MAXFNAMELEN];
-		char		path[MAXPGPATH];
-		struct stat st;
+		TimeLineID	tli;
+		XLogSegNo	segno;
 
-		XLogFileName(segname, endOfLogTLI, segno, wal_segment_size);
-		snprintf(path, MAXPGPATH, XLOGDIR "/%s", segname);
-		if (stat(path, &st) == 0 && !XLogArchiveIsReadyOrDone(segname))
-			XLogArchiveNotifySeg(segno, endOfLogTLI);
+		if (!IsXLogFileName(de->d_name))
+			continue;
+		XLogFromFileName(de->d_name, &tli, &segno, wal_segment_size);
+		if (tli == endOfLogTLI && segno >= firstsegno && segno < endsegno &&
+			!XLogArchiveIsReadyOrDone(de->d_name))
+			XLogArchiveNotifySeg(segno, tli);
 	}
+	FreeDir(dir);
 }
 
 /*

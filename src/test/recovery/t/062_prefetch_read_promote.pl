@@ -90,7 +90,10 @@ $standby->safe_psql('postgres', 'UPDATE t SET val = -1 WHERE id = 1');
 is($standby->safe_psql('postgres', 'SELECT val FROM t WHERE id = 1'),
 	'-1', 'the promoted standby takes writes');
 # The startup process exits normally once recovery ends, so a pin or an I/O
-# handle it left behind would be reported as a warning.
+# handle it left behind would be reported as a warning, before the
+# postmaster reports the server ready.
+$standby->wait_for_log(qr/database system is ready to accept connections/,
+	$promote_offset);
 ok( !$standby->log_contains($log_failures, $promote_offset),
 	'promotion: nothing leaked, no crash or assertion failure');
 

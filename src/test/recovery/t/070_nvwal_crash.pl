@@ -42,7 +42,7 @@ $ENV{PMEM_IS_PMEM_FORCE} = '1';
 my $rounds = 20;
 my $nclients = 3;
 
-# The crash moments are random; NVWAL_CRASH_SEED repeats a failed run's.
+# The delays before each crash are random; NVWAL_CRASH_SEED repeats a run's.
 my $seed = $ENV{NVWAL_CRASH_SEED} // (time() ^ $$);
 srand($seed);
 note "random seed $seed (set NVWAL_CRASH_SEED to repeat)";

@@ -196,6 +196,10 @@ like(
 	$rewind_log,
 	qr/for target server to complete crash recovery/,
 	'stopped in recovery: pg_rewind ran crash recovery on the target first');
+like(
+	$rewind_log,
+	qr/wrote WAL from \S+ to \S+ on timeline \d+ from non-volatile WAL buffer file/,
+	'stopped in recovery: that recovery wrote the ring\'s WAL to pg_wal');
 $standby3->start;
 $standby1->wait_for_replay_catchup($standby3);
 is(rows($standby3), rows($standby1),
