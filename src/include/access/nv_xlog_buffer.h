@@ -31,6 +31,26 @@ extern PGDLLIMPORT int nvwal_size;
 	((INT_MAX / XLOG_BLCKSZ) / ((1024 * 1024) / XLOG_BLCKSZ))
 
 /*
+ * Appended to the file's path for the name under which a new file is built
+ * before it is moved into place.  A crash can leave it behind; like the file,
+ * it is left out of base backups and pg_rewind's copies.
+ */
+#define NVWAL_TMP_SUFFIX ".tmp"
+
+/*
+ * Is 'path' the NVWAL file at 'file', or its temporary file?  Both are
+ * canonical and relative to the same directory.
+ */
+static inline bool
+NvwalPathIsFile(const char *path, const char *file)
+{
+	size_t		len = strlen(file);
+
+	return strncmp(path, file, len) == 0 &&
+		(path[len] == '\0' || strcmp(path + len, NVWAL_TMP_SUFFIX) == 0);
+}
+
+/*
  * True once the WAL buffers of this server live in the NVWAL file.  Set
  * while the postmaster (or a single-user backend) creates shared memory and
  * inherited by every child process.

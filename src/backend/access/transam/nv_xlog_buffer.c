@@ -504,7 +504,7 @@ nvwal_create_file(Size ring_size, uint64 system_identifier,
 	 * the same time do not build it together.  One left behind by a crash is
 	 * rebuilt from nothing.
 	 */
-	snprintf(tmppath, sizeof(tmppath), "%s.tmp", target);
+	snprintf(tmppath, sizeof(tmppath), "%s" NVWAL_TMP_SUFFIX, target);
 	fd = nvwal_open_locked(tmppath, true);
 	if (ftruncate(fd, 0) != 0)
 		ereport(FATAL,
@@ -1525,7 +1525,7 @@ NvwalDrain(void)
 
 /*
  * Is 'relpath' (relative to the data directory, as base backups name
- * files) the NVWAL file?
+ * files) the NVWAL file, or the temporary file it is built under?
  */
 bool
 NvwalIsDataDirFile(const char *relpath)
@@ -1536,7 +1536,7 @@ NvwalIsDataDirFile(const char *relpath)
 		return false;
 	strlcpy(path, relpath, sizeof(path));
 	canonicalize_path(path);
-	return strcmp(path, nvwal_datadir_relpath) == 0;
+	return NvwalPathIsFile(path, nvwal_datadir_relpath);
 }
 
 /*

@@ -60,12 +60,16 @@ CREATE TABLE ledger (id bigserial PRIMARY KEY, acct int NOT NULL,
 CREATE PUBLICATION pub FOR TABLE accounts, ledger;
 });
 
-# The base backup is streamed from pg_wal; the primary's file is not in it.
+# The base backup is streamed from pg_wal; the primary's file is not in it,
+# nor what a crash while building the file would have left behind.
+append_to_file($primary->data_dir . '/nvwal.tmp', 'a file being built');
 $primary->backup('before');
 my $backup_path = $primary->backup_dir . '/before';
 ok(-f "$backup_path/global/pg_control", 'base backup taken');
 ok(!-e "$backup_path/nvwal",
 	'base backup does not contain the primary\'s NVWAL file');
+ok(!-e "$backup_path/nvwal.tmp",
+	'base backup does not contain the primary\'s temporary NVWAL file');
 
 # A streaming standby with an NVWAL file of its own (the relative path of
 # the primary's configuration), synchronous below.

@@ -56,6 +56,9 @@ sub rewind
 	my $conf = $target->data_dir . '/postgresql.conf';
 	my $keep = PostgreSQL::Test::Utils::tempdir . '/postgresql.conf';
 	copy($conf, $keep) or die "could not copy $conf: $!";
+	# What a crash while the source built its file would leave behind.
+	my $leftover = $leader->data_dir . '/nvwal.tmp';
+	append_to_file($leftover, 'a file being built');
 	my ($stdout, $stderr) = ('', '');
 	my $ok = IPC::Run::run(
 		[
@@ -74,6 +77,13 @@ sub rewind
 		$stderr,
 		qr/^pg_rewind: nvwal \(COPY\)$/m,
 		"$name: pg_rewind does not copy the source's NVWAL file");
+	like(
+		$stderr,
+		qr/entry "nvwal\.tmp" is the source's NVWAL file, not copied/,
+		"$name: pg_rewind does not copy the source's temporary NVWAL file");
+	ok(!-e $target->data_dir . '/nvwal.tmp',
+		"$name: the target has no temporary NVWAL file");
+	unlink($leftover) or die "could not remove $leftover: $!";
 	move($keep, $conf) or die "could not restore $conf: $!";
 	$target->enable_streaming($leader);
 	return $stderr;
