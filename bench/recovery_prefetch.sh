@@ -243,13 +243,15 @@ results=$OUT/recovery-prefetch.txt
 [ "$ROWS" = "on off" ] || results=$OUT/recovery-prefetch-${ROWS// /-}.txt
 : >"$WORK/times"
 chosen=()
-for v in "${VARIANTS[@]}" "${NAMED_ONLY[@]}"; do
-	name=${v%%|*}
-	if printf '%s\n' "${selected[@]}" | grep -qx "$name" ||
-		{ [ ${#selected[@]} -eq 0 ] && printf '%s\n' "${VARIANTS[@]}" | grep -qxF "$v"; }; then
-		chosen+=("$v")
-	fi
-done
+if [ ${#selected[@]} -eq 0 ]; then
+	chosen=("${VARIANTS[@]}")
+else
+	for v in "${VARIANTS[@]}" "${NAMED_ONLY[@]}"; do
+		if printf '%s\n' "${selected[@]}" | grep -qx "${v%%|*}"; then
+			chosen+=("$v")
+		fi
+	done
+fi
 [ ${#chosen[@]} -gt 0 ] || die "no variant named ${selected[*]}"
 for fpw in $ROWS; do
 	for round in $(seq 1 "$ROUNDS"); do

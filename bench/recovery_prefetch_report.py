@@ -99,18 +99,19 @@ def main():
             sp = f"{spread(list(runs.values())):7.0f}%" if len(runs) > 1 else f"{'':>8}"
             print(f"  {name:<19} {t:8.1f} {sp} {ratio}  {prefetch_stats.get((fpw, name), '')}")
 
-        def check(label, values, target, lower_is_pass=True):
+        def check(label, values, target, lower_is_pass=True, verdict=True):
             if not values:
                 return
             value = statistics.median(values)
             ok = value <= target if lower_is_pass else value >= target
+            result = ("PASS" if ok else "FAIL") if verdict else "NO VERDICT"
             interval = ""
             if len(values) > 1:
                 interval = f", range {min(values):.2f}-{max(values):.2f} over {len(values)} rounds"
             if len(values) >= 10:
                 lo, hi = bootstrap_median_ci(values)
                 interval += f", interval {lo:.2f}-{hi:.2f}"
-            print(f"  {'PASS' if ok else 'FAIL'}: {label}: {value:.3f} "
+            print(f"  {result}: {label}: {value:.3f} "
                   f"(target {'<=' if lower_is_pass else '>='} {target}{interval})")
 
         if rounds > 1:
@@ -128,8 +129,13 @@ def main():
         for n in ("ours_read_uring", "ours_read_worker", "ours_read_deep"):
             check(f"{n} / vanilla_cached", within_rounds(row, n, "vanilla_cached"), 1.25)
             if advice:
-                check(f"vanilla's better advice ({', '.join(advice)}) / {n}",
-                      within_rounds(row, advice, n), 1.3, False)
+                # The target is against the better of the two; with one of
+                # them missing, the ratio decides nothing.
+                both = len(advice) == 2
+                label = "vanilla's better advice" if both else \
+                    "vanilla's advice, one of its two settings only"
+                check(f"{label} ({', '.join(advice)}) / {n}",
+                      within_rounds(row, advice, n), 1.3, False, verdict=both)
         check("vanilla_direct / ours_direct", within_rounds(row, "vanilla_direct", "ours_direct"), 2.5, False)
         check("ours_cached / vanilla_cached", within_rounds(row, "ours_cached", "vanilla_cached"), 1.05)
 
