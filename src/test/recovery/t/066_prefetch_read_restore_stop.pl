@@ -5,12 +5,14 @@
 # its signal handler.  In archive recovery with recovery_prefetch_method =
 # read, the look-ahead runs restore_command when it reaches the end of a
 # segment, while reads it started for the records before may be in flight;
-# it now waits for them first, so that exit processing in the handler finds
-# only pins to release.  Under io_method = worker and io_uring, with direct
-# I/O so that every read is an asynchronous one, the server must stop
-# cleanly, and archive recovery go on after a restart.  (Whether a read is
-# in flight when restore_command starts is up to timing: the test passes
-# without the wait too, and guards the path.)
+# it waits for them first, so that exit processing in the handler finds only
+# pins to release.  The last records before the segment whose restore the
+# test holds change scattered blocks of a table the standby has not read
+# yet, so that the look-ahead has reads of its own in flight when it gets
+# there: while restore_command runs, pg_aios must show none.  Under
+# io_method = worker and io_uring, with direct I/O so that every read is an
+# asynchronous one, the server must then stop cleanly, and archive recovery
+# go on after a restart.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -25,24 +27,44 @@ use PrefetchRead::Utils;
 # ones mostly complete at once in the startup process).
 plan skip_all => 'direct I/O not supported here' unless direct_io_supported();
 
-my $primary = primary_with_table('primary', 50000, archiving => 1);
+# Table u has one row in each of 100 blocks, which nothing reads before the
+# updates at the end of a segment.
+my $primary = primary_with_table(
+	'primary', 50000,
+	archiving => 1,
+	setup_sql => "CREATE TABLE u (id int, val int, pad text)
+		WITH (fillfactor = 10);
+		INSERT INTO u SELECT g, 0, repeat(md5(g::text), 20)
+		FROM generate_series(1, 100) g;");
+is( $primary->safe_psql(
+		'postgres', 'SELECT count(DISTINCT (ctid::text::point)[0]) FROM u'),
+	'100',
+	'each row of u is in a block of its own');
 
-# Several segments of updates spread over the table.
-my $late_lsn;
-for my $i (1 .. 8)
+# Several segments of updates spread over t, then, to end a segment,
+# updates of every other block of u, one per transaction (redo then reads
+# each of these blocks alone); the next segment has more updates of t.
+for my $i (1 .. 6)
 {
 	$primary->safe_psql('postgres',
 		"UPDATE t SET val = val + 1 WHERE id % 2 = $i % 2");
-	$late_lsn = $primary->lsn('insert') if $i == 6;
+}
+$primary->safe_psql('postgres', "UPDATE u SET val = 1 WHERE id = $_")
+  for grep { $_ % 2 } 1 .. 100;
+archive_current_segment($primary);
+my $slow_segment = $primary->safe_psql('postgres',
+	'SELECT pg_walfile_name(pg_current_wal_lsn())');
+for my $i (7 .. 8)
+{
+	$primary->safe_psql('postgres',
+		"UPDATE t SET val = val + 1 WHERE id % 2 = $i % 2");
 }
 my $end_lsn = $primary->lsn('insert');
 archive_current_segment($primary);
 
-# restore_command stalls on a segment well after the end of the backup (the
-# standby must reach a consistent state and accept connections first), once,
-# until the test lets it go.
-my $slow_segment =
-  $primary->safe_psql('postgres', "SELECT pg_walfile_name('$late_lsn')");
+# restore_command stalls on that segment, well after the end of the backup
+# (the standby must reach a consistent state and accept connections first),
+# once, until the test lets it go.
 my $archive = $primary->archive_dir;
 
 my @io_methods = ('worker');
@@ -63,6 +85,13 @@ restore_command = 'if [ "%f" = "$slow_segment" ] && [ ! -e "$marker" ]; then tou
 	$standby->start;
 	poll_until(sub { -e $marker })
 	  or die 'timed out waiting for restore_command to stall';
+	is( $standby->safe_psql(
+			'postgres', q{SELECT count(*) FROM pg_aios
+			  WHERE pid = (SELECT pid FROM pg_stat_activity
+			               WHERE backend_type = 'startup')}),
+		'0',
+		"$io_method: no read of the startup process in flight while restore_command runs"
+	);
 
 	$standby->stop('fast');
 	append_to_file($release, '');

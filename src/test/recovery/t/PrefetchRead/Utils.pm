@@ -139,7 +139,8 @@ it changes rather than restoring them from images, and autovacuum is off,
 so that only the test writes WAL for the table.
 
 Parameters: archiving => 1 archives the primary's WAL; extra_conf adds
-lines to its postgresql.conf.
+lines to its postgresql.conf; setup_sql runs after the table is filled,
+before the backup.
 
 =cut
 
@@ -158,6 +159,8 @@ sub primary_with_table
 			"CREATE TABLE t (id int PRIMARY KEY, val int, pad text);\n"
 		  . "INSERT INTO t SELECT g, 0, repeat('x', 100) "
 		  . "FROM generate_series(1, $rows) g;");
+	$node->safe_psql('postgres', $params{setup_sql})
+	  if defined $params{setup_sql};
 	$node->backup('backup');
 	return $node;
 }
