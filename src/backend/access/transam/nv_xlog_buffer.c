@@ -113,9 +113,7 @@ static NvwalShared *NvwalShmem = NULL;
 
 /* The mapping; set in the postmaster and inherited by its children */
 static char *nvwal_map = NULL;
-static size_t nvwal_map_len = 0;
 static bool nvwal_is_pmem = false;
-static int	nvwal_lock_fd = -1;
 static NvwalFileHeader *nvwal_header = NULL;
 static char *nvwal_ring = NULL;
 static Size nvwal_ring_size = 0;
@@ -123,12 +121,17 @@ static Size nvwal_ring_size = 0;
 /* Path of the file relative to the data directory, if it lies inside it */
 static char nvwal_datadir_relpath[MAXPGPATH];
 
+#ifdef USE_LIBPMEM
+static size_t nvwal_map_len = 0;
+static int	nvwal_lock_fd = -1;
+
 /* Message written by the SIGBUS handler, prepared while it is safe */
 static char nvwal_sigbus_msg[MAXPGPATH + 256];
 static char nvwal_sigbus_adrerr_msg[MAXPGPATH + 256];
 static int	nvwal_sigbus_msg_len = 0;
 static int	nvwal_sigbus_adrerr_msg_len = 0;
 static struct sigaction nvwal_prev_sigbus;
+#endif
 
 
 /*
@@ -923,6 +926,23 @@ nvwal_validate_or_create(const ControlFileData *controlFile,
 #endif							/* USE_LIBPMEM */
 
 /*
+ * The hint of the refusal to start without nvwal_path when pg_control says
+ * the file may hold committed WAL.  A build without libpmem refuses the
+ * setting itself, so its users need another build first.
+ */
+static int
+errhint_nvwal_needed(uint64 ring_size)
+{
+#ifdef USE_LIBPMEM
+	return errhint("Set \"nvwal_path\" to the file used before, and \"nvwal_size\" to %" PRIu64 "MB, then start the server.  After a clean shutdown, the non-volatile WAL buffer can be turned off.",
+				   ring_size / (1024 * 1024));
+#else
+	return errhint("This server was built without libpmem.  Start the cluster with a server built with libpmem, with \"nvwal_path\" set to the file used before and \"nvwal_size\" to %" PRIu64 "MB.  After a clean shutdown, the non-volatile WAL buffer can be turned off.",
+				   ring_size / (1024 * 1024));
+#endif
+}
+
+/*
  * Set up the WAL buffer pages of this server.  Returns the ring (to be used
  * as XLogCtl->pages), or NULL when NVWAL is not configured and the server
  * should use shared memory.  Refuses to start, with FATAL, whenever the
@@ -936,7 +956,6 @@ NvwalAttach(const ControlFileData *controlFile)
 {
 	bool		expected;
 	bool		from_backup;
-	Size		ring_size = NvwalRingSize();
 
 	if (IsBootstrapProcessingMode())
 		return NULL;
@@ -963,13 +982,13 @@ NvwalAttach(const ControlFileData *controlFile)
 					 errmsg("the server did not shut down cleanly while using a non-volatile WAL buffer, but \"nvwal_path\" is not set"),
 					 errdetail("WAL it committed may exist only in that file (its ring was %" PRIu64 " bytes).",
 							   controlFile->nvwalSize),
-					 errhint("Set \"nvwal_path\" to the file used before, and \"nvwal_size\" to %" PRIu64 "MB, then start the server.  After a clean shutdown, the non-volatile WAL buffer can be turned off.",
-							 controlFile->nvwalSize / (1024 * 1024))));
+					 errhint_nvwal_needed(controlFile->nvwalSize)));
 		return NULL;
 	}
 
 #ifdef USE_LIBPMEM
 	{
+		Size		ring_size = NvwalRingSize();
 		size_t		maplen;
 		int			is_pmem;
 

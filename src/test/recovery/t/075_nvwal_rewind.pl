@@ -71,7 +71,7 @@ sub rewind
 	ok($ok, "$name: pg_rewind succeeds") or diag($stderr);
 	like(
 		$stderr,
-		qr/entry "nvwal" is the source's NVWAL file, not copied/,
+		qr/entry "nvwal" is the source's NVWAL file or its temporary file, not copied/,
 		"$name: pg_rewind recognizes the source's NVWAL file");
 	unlike(
 		$stderr,
@@ -79,7 +79,7 @@ sub rewind
 		"$name: pg_rewind does not copy the source's NVWAL file");
 	like(
 		$stderr,
-		qr/entry "nvwal\.tmp" is the source's NVWAL file, not copied/,
+		qr/entry "nvwal\.tmp" is the source's NVWAL file or its temporary file, not copied/,
 		"$name: pg_rewind does not copy the source's temporary NVWAL file");
 	ok(!-e $target->data_dir . '/nvwal.tmp',
 		"$name: the target has no temporary NVWAL file");
