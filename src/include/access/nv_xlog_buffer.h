@@ -53,9 +53,14 @@ NvwalPathIsFile(const char *path, const char *file)
 /*
  * True once the WAL buffers of this server live in the NVWAL file.  Set
  * while the postmaster (or a single-user backend) creates shared memory and
- * inherited by every child process.
+ * inherited by every child process.  A build without libpmem never uses the
+ * file, and its compiler drops the code for it from the WAL paths.
  */
+#ifdef USE_LIBPMEM
 extern PGDLLIMPORT bool NvwalActive;
+#else
+#define NvwalActive false
+#endif
 
 /* Shared memory for the statistics */
 extern Size NvwalShmemSize(void);

@@ -65,7 +65,9 @@
 char	   *nvwal_path = NULL;
 int			nvwal_size = 256;
 
+#ifdef USE_LIBPMEM
 bool		NvwalActive = false;
+#endif
 
 #define NVWAL_MAGIC				0x4C41574E	/* "NWAL" */
 #define NVWAL_FORMAT_VERSION	1
