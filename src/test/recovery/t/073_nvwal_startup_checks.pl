@@ -597,16 +597,74 @@ ok(-f $nvwal_file, 'the refused server left the file in place');
 
 # (l) A crash, then pg_resetwal, which discards the WAL in the ring with the
 # rest.  It must say so, and the server must then refuse the file, which
-# still holds WAL, until it is removed.
+# still holds WAL, until it is removed.  Data pages may have been written
+# once their WAL was durable in the ring, past the segment files in pg_wal:
+# the WAL after the reset must begin past the ring's WAL, or such a page's
+# LSN would lie in its future (a later change to it would get no full-page
+# image, and redo after a crash would take it as already applied).  Here
+# the ring holds more than a segment of WAL, the last commit's page is
+# evicted from shared buffers, which writes it, and the segment files past
+# the one pg_wal is synced into are gone after the crash, as where none
+# were preallocated or recycled.
 $dircopy->start;
-crash_after_ring_only_commit($dircopy, 'crash-l');
+$dircopy->safe_psql('postgres', 'CREATE EXTENSION pg_buffercache');
+my $walwriter = stop_walwriter($dircopy);
+$dircopy->safe_psql(
+	'postgres',
+	q{CREATE TABLE filler AS
+	  SELECT g, repeat('f', 500) AS pad FROM generate_series(1, 40000) g});
+commit_row($dircopy, 'crash-l');
 pop @committed;
+$dircopy->safe_psql('postgres',
+	q{SELECT buffers_flushed FROM pg_buffercache_evict_relation('t')});
+my ($flush_lsn_l, $synced_lsn_l) = split /\|/,
+  $dircopy->safe_psql('postgres',
+	'SELECT flush_lsn, synced_lsn FROM pg_stat_nvwal');
+crash_with_walwriter_stopped($dircopy, $walwriter);
+
+sub lsn_value
+{
+	my ($hi, $lo) = split m{/}, $_[0];
+	return hex($hi) * 2**32 + hex($lo);
+}
+my ($controldata) = run_command([ 'pg_controldata', $dircopy->data_dir ]);
+my ($seg_bytes) = $controldata =~ /^Bytes per WAL segment:\s+(\d+)$/m;
+my $segs_per_id = 2**32 / $seg_bytes;
+my $wal_end = 0;
+my $pg_wal = $dircopy->data_dir . '/pg_wal';
+opendir(my $wal_dir, $pg_wal) or die "opendir $pg_wal: $!";
+for my $name (readdir $wal_dir)
+{
+	next unless $name =~ /^[0-9A-F]{8}([0-9A-F]{8})([0-9A-F]{8})$/;
+	my $start = (hex($1) * $segs_per_id + hex($2)) * $seg_bytes;
+	if ($start > lsn_value($synced_lsn_l))
+	{
+		unlink("$pg_wal/$name") or die "unlink $pg_wal/$name: $!";
+		next;
+	}
+	$wal_end = $start + $seg_bytes if $start + $seg_bytes > $wal_end;
+}
+closedir($wal_dir);
+cmp_ok(lsn_value($flush_lsn_l), '>', $wal_end,
+	'crash-l: the ring held WAL past the last segment file in pg_wal');
+
 my ($stdout, $stderr) =
+  run_command([ 'pg_resetwal', '-n', $dircopy->data_dir ]);
+like(
+	$stdout,
+	qr/Values to be changed:.*\nNon-volatile WAL buffer in use:\s+no$/ms,
+	'pg_resetwal --dry-run says that the NVWAL file will not be in use');
+($stdout, $stderr) =
   run_command([ 'pg_resetwal', '-f', $dircopy->data_dir ]);
 like(
 	$stderr,
 	qr/warning: WAL in the server's non-volatile WAL buffer file, if any, was discarded too\n.*hint: If the server then refuses to start because its non-volatile WAL buffer file holds WAL, remove the file that "nvwal_path" points to\./s,
 	'pg_resetwal after a crash warns that the ring\'s WAL is discarded');
+($controldata) = run_command([ 'pg_controldata', $dircopy->data_dir ]);
+my ($reset_lsn) =
+  $controldata =~ /^Latest checkpoint location:\s+([0-9A-F]+\/[0-9A-F]+)$/m;
+cmp_ok(lsn_value($reset_lsn), '>', lsn_value($flush_lsn_l),
+	'pg_resetwal began the new WAL past the WAL the ring held');
 is(nvwal_control($dircopy), 'no 0',
 	'pg_resetwal cleared the record of the NVWAL file');
 start_fails(
