@@ -10,6 +10,11 @@
 # followed by an update of the block it names.  Crash recovery with
 # full_page_writes = off, where the updates' redo reads their blocks, must
 # replay them all.
+#
+# The module's rm_cleanup locks the last such block again at the end of
+# recovery.  Archive recovery that stops at a restore point between such a
+# record and an update of its block, which the look-ahead has already seen,
+# must end and promote.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -85,6 +90,69 @@ SKIP:
 	$node->stop;
 	ok(!$node->log_contains($log_failures, $log_offset),
 		'no leaked pin or I/O, crash or assertion failure in recovery');
+}
+
+# Archive recovery to a restore point.  The look-ahead reads nothing past
+# the custom record until it has been replayed, but then reads on past the
+# restore point, and pins the block for the update that follows, before
+# replay stops there and rm_cleanup runs.
+my $primary = primary_with_table(
+	'primary', 4000,
+	archiving => 1,
+	extra_conf => "shared_preload_libraries = 'test_custom_rmgrs'\n",
+	setup_sql => 'CREATE EXTENSION test_custom_rmgrs');
+# The scan sets hint bits first: with data checksums, the first change of a
+# page's hint bits after a checkpoint logs the page's image, and the
+# look-ahead reads no block that an image restores.  Once the custom record
+# has been replayed, the look-ahead reads on only when redo has the next
+# record, so a message comes before the restore point.
+$primary->safe_psql(
+	'postgres', q{
+SELECT count(*) FROM t;
+SELECT test_custom_rmgrs_insert_cleanup_lock_record('t', 5);
+SELECT pg_logical_emit_message(false, 'test', 'between');
+SELECT pg_create_restore_point('before_update');
+UPDATE t SET val = val + 1 WHERE ctid >= '(5,0)' AND ctid < '(6,0)';
+UPDATE t SET val = val + 1 WHERE id % 10 = 0;
+});
+archive_current_segment($primary);
+
+# A pool of 1MB would leave the look-ahead a single pin, which the image
+# of a catalog page may hold.
+my $restored = read_mode_standby(
+	$primary, 'restored',
+	has_restoring => 1,
+	extra_conf => "shared_buffers = 16MB\n"
+	  . "recovery_target_name = 'before_update'\n"
+	  . "recovery_target_action = 'promote'\n");
+$log_offset = -s $restored->logfile;
+$restored->start;
+$restored->wait_for_log(
+	qr/database system is ready to accept connections|incorrect local pin count|startup process .* exited/,
+	$log_offset);
+my $failed =
+  $restored->log_contains('incorrect local pin count', $log_offset);
+ok(!$failed, 'rm_cleanup at a recovery target found no look-ahead pin');
+SKIP:
+{
+	skip 'archive recovery failed', 4 if $failed;
+
+	ok( $restored->log_contains(
+			'recovery stopping at restore point "before_update"', $log_offset
+		),
+		'archive recovery stopped at the restore point');
+	is( $restored->safe_psql(
+			'postgres', 'SELECT pg_is_in_recovery(), sum(val) FROM t'),
+		'f|0',
+		'promoted with the table as it was at the restore point');
+	is( $restored->safe_psql(
+			'postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
+		'read',
+		'archive recovery prefetched with reads');
+	$restored->stop;
+	ok( !$restored->log_contains($log_failures, $log_offset),
+		'no leaked pin or I/O, crash or assertion failure in archive recovery'
+	);
 }
 
 done_testing();
