@@ -24,6 +24,20 @@ use FindBin;
 use lib $FindBin::RealBin;
 use PrefetchRead::Utils;
 
+# After recovery: it read with read mode, and once the node is stopped, its
+# log shows no leaked pin or I/O, crash or assertion failure.
+sub check_read_mode_and_stop
+{
+	my ($node, $log_offset, $what) = @_;
+	is( $node->safe_psql(
+			'postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
+		'read',
+		"$what prefetched with reads");
+	$node->stop;
+	ok( !$node->log_contains($log_failures, $log_offset),
+		"no leaked pin or I/O, crash or assertion failure in $what");
+}
+
 my $node = PostgreSQL::Test::Cluster->new('main');
 $node->init;
 $node->append_conf(
@@ -82,14 +96,7 @@ SKIP:
 
 	is($node->safe_psql('postgres', $query),
 		$expected, 'every update survived crash recovery');
-	is( $node->safe_psql(
-			'postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
-		'read',
-		'crash recovery prefetched with reads');
-
-	$node->stop;
-	ok(!$node->log_contains($log_failures, $log_offset),
-		'no leaked pin or I/O, crash or assertion failure in recovery');
+	check_read_mode_and_stop($node, $log_offset, 'crash recovery');
 }
 
 # Archive recovery to a restore point.  The look-ahead reads nothing past
@@ -126,7 +133,7 @@ my $restored = read_mode_standby(
 	  . "recovery_target_name = 'before_update'\n"
 	  . "recovery_target_action = 'promote'\n");
 $log_offset = -s $restored->logfile;
-$restored->start;
+$restored->start(fail_ok => 1);
 $restored->wait_for_log(
 	qr/database system is ready to accept connections|incorrect local pin count|startup process .* exited/,
 	$log_offset);
@@ -145,14 +152,7 @@ SKIP:
 			'postgres', 'SELECT pg_is_in_recovery(), sum(val) FROM t'),
 		'f|0',
 		'promoted with the table as it was at the restore point');
-	is( $restored->safe_psql(
-			'postgres', 'SELECT method FROM pg_stat_recovery_prefetch'),
-		'read',
-		'archive recovery prefetched with reads');
-	$restored->stop;
-	ok( !$restored->log_contains($log_failures, $log_offset),
-		'no leaked pin or I/O, crash or assertion failure in archive recovery'
-	);
+	check_read_mode_and_stop($restored, $log_offset, 'archive recovery');
 }
 
 done_testing();
