@@ -125,11 +125,13 @@ UPDATE t SET val = val + 1 WHERE id % 10 = 0;
 archive_current_segment($primary);
 
 # A pool of 1MB would leave the look-ahead a single pin, which the image
-# of a catalog page may hold.
+# of a catalog page may hold.  At DEBUG1 the startup process says how many
+# pins it released when replay stopped.
 my $restored = read_mode_standby(
 	$primary, 'restored',
 	has_restoring => 1,
 	extra_conf => "shared_buffers = 16MB\n"
+	  . "log_min_messages = debug1\n"
 	  . "recovery_target_name = 'before_update'\n"
 	  . "recovery_target_action = 'promote'\n");
 $log_offset = -s $restored->logfile;
@@ -142,8 +144,13 @@ my $failed =
 ok(!$failed, 'rm_cleanup at a recovery target found no look-ahead pin');
 SKIP:
 {
-	skip 'archive recovery failed', 4 if $failed;
+	skip 'archive recovery failed', 5 if $failed;
 
+	# Otherwise this part tests nothing.
+	ok( $restored->log_contains(
+			qr/released look-ahead buffer pins when replay stopped: [1-9]/,
+			$log_offset),
+		'replay stopped with blocks past the restore point pinned');
 	ok( $restored->log_contains(
 			'recovery stopping at restore point "before_update"', $log_offset
 		),
