@@ -95,6 +95,7 @@ extern void NvwalPersistPage(const char *page);
 extern void NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written);
 extern void NvwalMarkClean(void);
 extern void NvwalCountRingFull(void);
+extern bool NvwalPageIsEmpty(const char *page);
 #ifdef NVWAL_PERSIST_ON_COPY
 extern bool NvwalPersistedOnCopy(void);
 extern void NvwalCopy(char *dst, const char *src, Size len);

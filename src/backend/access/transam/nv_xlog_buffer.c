@@ -48,6 +48,7 @@
 #include "access/xlogarchive.h"
 #include "catalog/pg_authid.h"
 #include "common/file_perm.h"
+#include "common/file_utils.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
@@ -1089,6 +1090,25 @@ NvwalSalvageNeeded(void)
 	return NvwalActive && nvwal_header->clean == 0;
 }
 
+/*
+ * Does this complete WAL page hold no WAL?  A page that does either
+ * continues a record or begins one right after its header.  In the ring, an
+ * empty page was initialized ahead of insertion or, if WAL follows it, is
+ * padding after a WAL switch, which keeps its page header with NVWAL (see
+ * CopyXLogRecordToWAL()).
+ */
+bool
+NvwalPageIsEmpty(const char *page)
+{
+	XLogPageHeader hdr = (XLogPageHeader) page;
+	uint32		first_len;
+
+	if (hdr->xlp_info & XLP_FIRST_IS_CONTRECORD)
+		return false;
+	memcpy(&first_len, page + XLogPageHeaderSize(hdr), sizeof(first_len));
+	return first_len == 0;
+}
+
 #ifdef USE_LIBPMEM
 /*
  * Is the ring page that should start at 'pageptr' the page of that address?
@@ -1128,20 +1148,12 @@ nvwal_page_tli(XLogRecPtr pageptr)
  * Does the (valid) ring page at 'pageptr' hold any WAL?  Pages are
  * initialized ahead of insertion, so the ring can hold empty pages beyond
  * the end of WAL; so can the rest of a segment after a WAL switch (whose
- * pages keep their headers with NVWAL, see XLogInsertRecord()).  An empty
- * page neither continues a record nor starts one after its header.
+ * pages keep their headers with NVWAL, see XLogInsertRecord()).
  */
 static bool
 nvwal_page_has_data(XLogRecPtr pageptr)
 {
-	XLogPageHeader page = (XLogPageHeader) (nvwal_ring + pageptr % nvwal_ring_size);
-	uint32		first_len;
-
-	if (page->xlp_info & XLP_FIRST_IS_CONTRECORD)
-		return true;
-	memcpy(&first_len, (char *) page + XLogPageHeaderSize(page),
-		   sizeof(first_len));
-	return first_len != 0;
+	return !NvwalPageIsEmpty(nvwal_ring + pageptr % nvwal_ring_size);
 }
 
 /*
@@ -1159,7 +1171,30 @@ nvwal_salvage_error_callback(void *arg)
 			   nvwal_path);
 }
 
-/* Write ring pages [from, to) to the segment files of 'tli' and fsync them */
+/* Report a failed write of the salvage to 'segname' */
+static void
+nvwal_salvage_write_failed(const char *segname)
+{
+	bool		no_space;
+
+	if (errno == 0)
+		errno = ENOSPC;
+	no_space = (errno == ENOSPC);
+	ereport(FATAL,
+			(errcode_for_file_access(),
+			 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to file \"%s\": %m",
+					nvwal_path, segname),
+			 no_space ?
+			 errhint("Free space on the file system of pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer file until then.  Do not remove files from pg_wal, nor that file.") :
+			 errhint("Check the storage of pg_wal, and the persistent memory holding the non-volatile WAL buffer file, for errors; the WAL is kept in the file until the server has started.")));
+}
+
+/*
+ * Write ring pages [from, to) to the segment files of 'tli' and fsync them.
+ * A segment that 'to' lies beyond ends with the padding of a WAL switch if
+ * its last pages are empty: they go to pg_wal as zeroes, as XLogWrite()
+ * writes them.
+ */
 static void
 nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 {
@@ -1169,17 +1204,24 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 	{
 		XLogSegNo	segno;
 		XLogRecPtr	segend;
+		XLogRecPtr	wal_end;
 		char		segname[MAXFNAMELEN];
 		int			fd;
 
 		XLByteToSeg(ptr, segno, wal_segment_size);
 		XLogFileName(segname, tli, segno, wal_segment_size);
 		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
+		wal_end = Min(to, segend);
+		if (to > segend)
+		{
+			while (wal_end > ptr && !nvwal_page_has_data(wal_end - XLOG_BLCKSZ))
+				wal_end -= XLOG_BLCKSZ;
+		}
 		fd = XLogFileInit(segno, tli);
-		while (ptr < to && ptr < segend)
+		while (ptr < wal_end)
 		{
 			Size		off = ptr % nvwal_ring_size;
-			Size		len = Min(Min(to, segend) - ptr, nvwal_ring_size - off);
+			Size		len = Min(wal_end - ptr, nvwal_ring_size - off);
 			ssize_t		written;
 
 			/*
@@ -1195,21 +1237,20 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			if (written < 0 && errno == EINTR)
 				continue;
 			if (written <= 0)
-			{
-				bool		no_space;
-
-				if (errno == 0)
-					errno = ENOSPC;
-				no_space = (errno == ENOSPC);
-				ereport(FATAL,
-						(errcode_for_file_access(),
-						 errmsg("could not write WAL from non-volatile WAL buffer file \"%s\" to file \"%s\": %m",
-								nvwal_path, segname),
-						 no_space ?
-						 errhint("Free space on the file system of pg_wal and start the server again; the WAL is kept in the non-volatile WAL buffer file until then.  Do not remove files from pg_wal, nor that file.") :
-						 errhint("Check the storage of pg_wal, and the persistent memory holding the non-volatile WAL buffer file, for errors; the WAL is kept in the file until the server has started.")));
-			}
+				nvwal_salvage_write_failed(segname);
 			ptr += written;
+		}
+		if (ptr < Min(to, segend))
+		{
+			Size		len = Min(to, segend) - ptr;
+
+			errno = 0;
+			pgstat_report_wait_start(WAIT_EVENT_WAL_WRITE);
+			if (pg_pwrite_zeros(fd, len,
+								XLogSegmentOffset(ptr, wal_segment_size)) < 0)
+				nvwal_salvage_write_failed(segname);
+			pgstat_report_wait_end();
+			ptr += len;
 		}
 		issue_xlog_fsync(fd, segno, tli);
 		if (close(fd) != 0)
