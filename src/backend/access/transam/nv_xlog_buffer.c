@@ -1343,6 +1343,103 @@ NvwalSalvage(void)
 #endif
 }
 
+#ifdef USE_LIBPMEM
+/* Report a failure of nvwal_forget_tail() on 'path' */
+static void
+nvwal_forget_tail_failed(const char *path)
+{
+	ereport(FATAL,
+			(errcode_for_file_access(),
+			 errmsg("could not zero WAL pages past the end of WAL in file \"%s\": %m",
+					path),
+			 errhint("Check the storage of pg_wal for errors, and start the server again.")));
+}
+
+/*
+ * Forget the pages [from, to) of timeline 'tli', in the ring and in pg_wal:
+ * pages that the salvage wrote past the end of WAL that recovery found.
+ *
+ * The salvage writes every page up to the last one holding WAL, including
+ * pages past a record whose insertion never finished: another inserter may
+ * have completed a later record that follows it.  Recovery stops at the
+ * unfinished record, and new WAL is written from there on the same
+ * timeline.  If it ended exactly where that later record begins, and the
+ * server crashed again before anything was written after it, recovery would
+ * read the stale record as the next one, its xl_prev matching, and replay
+ * WAL that was never durable: a transaction could commit without its
+ * earlier changes.  pg_wal never holds such pages without NVWAL, since
+ * XLogWrite() stops at insertions not finished.  Their headers are
+ * invalidated in the ring, and the pages zeroed in pg_wal, before any new
+ * WAL is written.  This is bounded by what the salvage wrote.
+ */
+static void
+nvwal_forget_tail(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
+{
+	XLogRecPtr	ptr;
+
+	Assert(from % XLOG_BLCKSZ == 0);
+
+	/*
+	 * The salvage scans at most one ring from a page that recovery has
+	 * passed.  A position further on was not left by it, but by a history
+	 * that reused this timeline ID (see NvwalSalvage()); the ring's pages
+	 * past the end of WAL are then of that history, which the salvage did not
+	 * write.
+	 */
+	if (from >= to || to - from > nvwal_ring_size)
+		return;
+
+	ptr = from;
+	while (ptr < to)
+	{
+		XLogSegNo	segno;
+		XLogRecPtr	segend;
+		Size		len;
+		char		path[MAXPGPATH];
+		int			fd;
+
+		XLByteToSeg(ptr, segno, wal_segment_size);
+		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
+		len = Min(to, segend) - ptr;
+		XLogFilePath(path, tli, segno, wal_segment_size);
+		fd = BasicOpenFile(path, O_RDWR | PG_BINARY);
+		if (fd < 0)
+		{
+			if (errno != ENOENT)
+				nvwal_forget_tail_failed(path);
+		}
+		else
+		{
+			pgstat_report_wait_start(WAIT_EVENT_WAL_WRITE);
+			if (pg_pwrite_zeros(fd, len,
+								XLogSegmentOffset(ptr, wal_segment_size)) < 0)
+				nvwal_forget_tail_failed(path);
+			pgstat_report_wait_end();
+			issue_xlog_fsync(fd, segno, tli);
+			if (close(fd) != 0)
+				nvwal_forget_tail_failed(path);
+		}
+		ptr += len;
+	}
+
+	for (ptr = from; ptr < to; ptr += XLOG_BLCKSZ)
+	{
+		XLogPageHeader page =
+			(XLogPageHeader) (nvwal_ring + ptr % nvwal_ring_size);
+
+		page->xlp_magic = 0;
+		nvwal_flush_bytes((const char *) &page->xlp_magic,
+						  sizeof(page->xlp_magic));
+	}
+	nvwal_drain();
+
+	ereport(LOG,
+			(errmsg("zeroed WAL pages from %X/%X to %X/%X on timeline %u past the end of WAL, written from non-volatile WAL buffer file \"%s\"",
+					LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(to), tli,
+					nvwal_path)));
+}
+#endif
+
 /*
  * Recovery has ended, and new WAL will be written from 'endOfLog' on.  Mark
  * the segment files of timeline 'endOfLogTLI' in pg_wal that have no archive
@@ -1430,6 +1527,19 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 
 		page->xlp_magic = 0;
 		nvwal_persist(&page->xlp_magic, sizeof(page->xlp_magic));
+	}
+
+	/*
+	 * Until it is set below, synced_upto is where the salvage ended, if there
+	 * was one.  Pages it wrote past the end of WAL on this timeline are
+	 * forgotten before new WAL is written; see nvwal_forget_tail().
+	 */
+	if (tli == nvwal_header->timeline)
+	{
+		XLogRecPtr	next_page = endOfLog +
+			(XLOG_BLCKSZ - endOfLog % XLOG_BLCKSZ) % XLOG_BLCKSZ;
+
+		nvwal_forget_tail(next_page, nvwal_header->synced_upto, tli);
 	}
 
 	/* pg_control has the renewed identifier: accept only that one now */

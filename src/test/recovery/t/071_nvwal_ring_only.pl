@@ -19,7 +19,8 @@
 # must still describe the file, which stays mapped.  Segments that were
 # complete only in the ring at a crash must be archived once start-up has
 # written them; and when a record in the ring's tail is damaged after the
-# crash, only the segments recovery found valid to their end are archived.
+# crash, only the segments recovery found valid to their end are archived,
+# and what the salvage wrote past the end of WAL is zeroed.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -349,6 +350,40 @@ ok( !-e $archiving->archive_dir . "/$seg2"
 ok( !-e $archiving->archive_dir . "/$seg3"
 	  && !-e $archiving->data_dir . "/pg_wal/archive_status/$seg3.ready",
 	'damaged record: a segment after the end of WAL is not archived');
+
+# The salvage wrote the records after the damaged one to pg_wal too.  Should
+# new WAL end exactly where one of them begins, and the server crash again,
+# recovery would take it for the next record.  Start-up must have zeroed
+# them in pg_wal, and left none in the ring.
+my $damaged_log = slurp_file($archiving->logfile, $damaged_offset);
+my ($salvaged_to) = ($damaged_log =~ $salvage_re)[1];
+ok( defined $salvaged_to
+	  && $damaged_log =~
+	  /zeroed WAL pages from \S+ to \Q$salvaged_to\E on timeline \d+ past the end of WAL/,
+	'damaged record: start-up zeroed what the salvage wrote past the end of WAL'
+);
+open(my $seg3_fh, '<', $archiving->data_dir . "/pg_wal/$seg3")
+  or die "could not open $seg3: $!";
+binmode $seg3_fh;
+my $seg3_data = do { local $/; <$seg3_fh> };
+close($seg3_fh);
+is($seg3_data =~ tr/\0//c,
+	0, 'damaged record: a segment after the end of WAL holds only zeroes');
+my $seg3_start = $archiving->safe_psql('postgres',
+	"SELECT ('$start_lsn'::pg_lsn + 2 * 1048576 - (pg_walfile_name_offset('$start_lsn'::pg_lsn + 2 * 1048576)).file_offset) - '0/0'"
+);
+open($ring, '<', $ring_file) or die "could not open $ring_file: $!";
+binmode $ring;
+sysseek($ring, 8192 + $seg3_start % (32 * 1024 * 1024), 0)
+  or die "could not seek in $ring_file: $!";
+sysread($ring, my $slot, 44) == 44 or die "could not read $ring_file: $!";
+close($ring);
+# A long page header takes 40 bytes; then comes the first record's length.
+my ($magic, $info) = unpack('S< S<', $slot);
+my ($first_len) = unpack('L<', substr($slot, 40, 4));
+ok( $magic == 0 || (($info & 1) == 0 && $first_len == 0),
+	'damaged record: the ring holds no WAL for a segment after the end of WAL'
+);
 
 # A second failure during recovery, after the salvage has emptied the ring,
 # must not leave the segments it completed unmarked: the next start has
