@@ -14,7 +14,7 @@
 # The module's rm_cleanup locks the last such block again at the end of
 # recovery.  Archive recovery that stops at a restore point between such a
 # record and an update of its block, which the look-ahead has already seen,
-# must end and promote.
+# must pause there with nothing read ahead, and promote once resumed.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -102,40 +102,61 @@ SKIP:
 # Archive recovery to a restore point.  The look-ahead reads nothing past
 # the custom record until it has been replayed, but then reads on past the
 # restore point, and pins the block for the update that follows, before
-# replay stops there and rm_cleanup runs.
+# replay stops there, pauses, and rm_cleanup runs.  The custom record's redo
+# reads that block into shared buffers, where the look-ahead would find it
+# and keep no pin, so an update of another table between them, which redo
+# reads through a small pool, evicts it first.
 my $primary = primary_with_table(
 	'primary', 4000,
 	archiving => 1,
 	extra_conf => "shared_preload_libraries = 'test_custom_rmgrs'\n",
-	setup_sql => 'CREATE EXTENSION test_custom_rmgrs');
-# The scan sets hint bits first: with data checksums, the first change of a
+	setup_sql => q{
+CREATE EXTENSION test_custom_rmgrs;
+CREATE TABLE churn (id int, pad text);
+INSERT INTO churn SELECT g, repeat('c', 200) FROM generate_series(1, 60000) g;
+});
+# The scans set hint bits first: with data checksums, the first change of a
 # page's hint bits after a checkpoint logs the page's image, and the
-# look-ahead reads no block that an image restores.  Once the custom record
-# has been replayed, the look-ahead reads on only when redo has the next
-# record, so a message comes before the restore point.
+# look-ahead reads no block that an image restores.
 $primary->safe_psql(
 	'postgres', q{
 SELECT count(*) FROM t;
+SELECT count(*) FROM churn;
 SELECT test_custom_rmgrs_insert_cleanup_lock_record('t', 5);
-SELECT pg_logical_emit_message(false, 'test', 'between');
+UPDATE churn SET id = id + 1;
 SELECT pg_create_restore_point('before_update');
 UPDATE t SET val = val + 1 WHERE ctid >= '(5,0)' AND ctid < '(6,0)';
 UPDATE t SET val = val + 1 WHERE id % 10 = 0;
 });
 archive_current_segment($primary);
 
-# A pool of 1MB would leave the look-ahead a single pin, which the image
-# of a catalog page may hold.  At DEBUG1 the startup process says how many
-# pins it released when replay stopped.
+# A pool of 8MB, which the update of the other table overruns, and where the
+# look-ahead may hold a dozen pins (with a few MB it would have only one,
+# which a catalog page after the restore point can take).  At DEBUG1 the
+# startup process says how many pins it released when replay stopped.
 my $restored = read_mode_standby(
 	$primary, 'restored',
 	has_restoring => 1,
-	extra_conf => "shared_buffers = 16MB\n"
+	extra_conf => "shared_buffers = 8MB\n"
 	  . "log_min_messages = debug1\n"
 	  . "recovery_target_name = 'before_update'\n"
-	  . "recovery_target_action = 'promote'\n");
+	  . "recovery_target_action = 'pause'\n");
 $log_offset = -s $restored->logfile;
 $restored->start(fail_ok => 1);
+
+# Paused at the target, the look-ahead holds nothing, as the view shows;
+# rm_cleanup runs once replay is resumed, which promotes.
+$restored->wait_for_log(
+	qr/pausing at the end of recovery|startup process .* exited/,
+	$log_offset);
+my $paused =
+  $restored->log_contains('pausing at the end of recovery', $log_offset);
+ok( $paused
+	  && $restored->safe_psql('postgres',
+		'SELECT block_distance, io_depth FROM pg_stat_recovery_prefetch') eq
+	  '0|0',
+	'paused at the restore point with nothing read ahead');
+$restored->safe_psql('postgres', 'SELECT pg_wal_replay_resume()') if $paused;
 $restored->wait_for_log(
 	qr/database system is ready to accept connections|incorrect local pin count|startup process .* exited/,
 	$log_offset);
