@@ -1350,14 +1350,15 @@ nvwal_forget_tail_failed(const char *path)
 {
 	ereport(FATAL,
 			(errcode_for_file_access(),
-			 errmsg("could not zero WAL pages past the end of WAL in file \"%s\": %m",
+			 errmsg("could not clear WAL past the end of WAL in file \"%s\": %m",
 					path),
 			 errhint("Check the storage of pg_wal for errors, and start the server again.")));
 }
 
 /*
- * Forget the pages [from, to) of timeline 'tli', in the ring and in pg_wal:
- * pages that the salvage wrote past the end of WAL that recovery found.
+ * Forget the pages from the one after 'endOfLog' up to 'to' on timeline
+ * 'tli', in the ring and in pg_wal: pages that the salvage wrote past the end
+ * of WAL that recovery found.
  *
  * The salvage writes every page up to the last one holding WAL, including
  * pages past a record whose insertion never finished: another inserter may
@@ -1373,20 +1374,23 @@ nvwal_forget_tail_failed(const char *path)
  * WAL is written.  This is bounded by what the salvage wrote.
  */
 static void
-nvwal_forget_tail(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
+nvwal_forget_tail(XLogRecPtr endOfLog, XLogRecPtr to, TimeLineID tli)
 {
+	XLogRecPtr	end_page = endOfLog - endOfLog % XLOG_BLCKSZ;
+	XLogRecPtr	from = endOfLog == end_page ? endOfLog : end_page + XLOG_BLCKSZ;
 	XLogRecPtr	ptr;
-
-	Assert(from % XLOG_BLCKSZ == 0);
+	bool		cleared = false;
 
 	/*
 	 * The salvage scans at most one ring from a page that recovery has
-	 * passed.  A position further on was not left by it, but by a history
-	 * that reused this timeline ID (see NvwalSalvage()); the ring's pages
-	 * past the end of WAL are then of that history, which the salvage did not
-	 * write.
+	 * reached, so it ends at most one ring after the page of the end of WAL,
+	 * whose slot, holding the partial page new WAL continues, is not among
+	 * those cleared.  A position further on was not left by the salvage, but
+	 * by a history that reused this timeline ID (see NvwalSalvage()); the
+	 * ring's pages past the end of WAL are then of that history, which the
+	 * salvage did not write.
 	 */
-	if (from >= to || to - from > nvwal_ring_size)
+	if (from >= to || to > end_page + nvwal_ring_size)
 		return;
 
 	ptr = from;
@@ -1410,14 +1414,22 @@ nvwal_forget_tail(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 		}
 		else
 		{
+			/*
+			 * pg_fsync(), since issue_xlog_fsync() leaves the sync to the
+			 * open flags with wal_sync_method = open_sync or open_datasync.
+			 */
 			pgstat_report_wait_start(WAIT_EVENT_WAL_WRITE);
 			if (pg_pwrite_zeros(fd, len,
 								XLogSegmentOffset(ptr, wal_segment_size)) < 0)
 				nvwal_forget_tail_failed(path);
 			pgstat_report_wait_end();
-			issue_xlog_fsync(fd, segno, tli);
+			pgstat_report_wait_start(WAIT_EVENT_WAL_SYNC);
+			if (pg_fsync(fd) != 0)
+				nvwal_forget_tail_failed(path);
+			pgstat_report_wait_end();
 			if (close(fd) != 0)
 				nvwal_forget_tail_failed(path);
+			cleared = true;
 		}
 		ptr += len;
 	}
@@ -1433,10 +1445,12 @@ nvwal_forget_tail(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 	}
 	nvwal_drain();
 
-	ereport(LOG,
-			(errmsg("zeroed WAL pages from %X/%X to %X/%X on timeline %u past the end of WAL, written from non-volatile WAL buffer file \"%s\"",
-					LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(to), tli,
-					nvwal_path)));
+	if (cleared)
+		ereport(LOG,
+				(errmsg("cleared WAL from %X/%X to %X/%X on timeline %u past the end of WAL",
+						LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(to), tli),
+				 errdetail("Start-up had written it from non-volatile WAL buffer file \"%s\", but it does not continue the WAL that recovery replayed.",
+						   nvwal_path)));
 }
 #endif
 
@@ -1535,12 +1549,7 @@ NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli)
 	 * forgotten before new WAL is written; see nvwal_forget_tail().
 	 */
 	if (tli == nvwal_header->timeline)
-	{
-		XLogRecPtr	next_page = endOfLog +
-			(XLOG_BLCKSZ - endOfLog % XLOG_BLCKSZ) % XLOG_BLCKSZ;
-
-		nvwal_forget_tail(next_page, nvwal_header->synced_upto, tli);
-	}
+		nvwal_forget_tail(endOfLog, nvwal_header->synced_upto, tli);
 
 	/* pg_control has the renewed identifier: accept only that one now */
 	nvwal_header_set(&nvwal_header->previous_file_id, 0);

@@ -40,6 +40,9 @@ my $before = $standby->safe_psql('postgres',
 # on until it waits to apply the first commit: the look-ahead has then had
 # all of the second transaction's updates to examine.
 $standby->safe_psql('postgres', 'SELECT pg_wal_replay_pause()');
+$standby->poll_query_until('postgres',
+	q{SELECT pg_get_wal_replay_pause_state() = 'paused'})
+  or die 'timed out waiting for replay to pause';
 $standby->append_conf('postgresql.conf', "recovery_min_apply_delay = '1h'");
 $standby->reload;
 $primary->safe_psql('postgres', 'UPDATE t SET val = 1 WHERE id = 1');

@@ -359,7 +359,7 @@ my $damaged_log = slurp_file($archiving->logfile, $damaged_offset);
 my ($salvaged_to) = ($damaged_log =~ $salvage_re)[1];
 ok( defined $salvaged_to
 	  && $damaged_log =~
-	  /zeroed WAL pages from \S+ to \Q$salvaged_to\E on timeline \d+ past the end of WAL/,
+	  /cleared WAL from \S+ to \Q$salvaged_to\E on timeline \d+ past the end of WAL/,
 	'damaged record: start-up zeroed what the salvage wrote past the end of WAL'
 );
 open(my $seg3_fh, '<', $archiving->data_dir . "/pg_wal/$seg3")
