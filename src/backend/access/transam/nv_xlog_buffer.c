@@ -1148,7 +1148,7 @@ nvwal_page_tli(XLogRecPtr pageptr)
  * Does the (valid) ring page at 'pageptr' hold any WAL?  Pages are
  * initialized ahead of insertion, so the ring can hold empty pages beyond
  * the end of WAL; so can the rest of a segment after a WAL switch (whose
- * pages keep their headers with NVWAL, see XLogInsertRecord()).
+ * pages keep their headers with NVWAL, see CopyXLogRecordToWAL()).
  */
 static bool
 nvwal_page_has_data(XLogRecPtr pageptr)

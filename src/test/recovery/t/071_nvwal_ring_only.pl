@@ -362,11 +362,7 @@ ok( defined $salvaged_to
 	  /cleared WAL from \S+ to \Q$salvaged_to\E on timeline \d+ past the end of WAL/,
 	'damaged record: start-up zeroed what the salvage wrote past the end of WAL'
 );
-open(my $seg3_fh, '<', $archiving->data_dir . "/pg_wal/$seg3")
-  or die "could not open $seg3: $!";
-binmode $seg3_fh;
-my $seg3_data = do { local $/; <$seg3_fh> };
-close($seg3_fh);
+my $seg3_data = slurp_file($archiving->data_dir . "/pg_wal/$seg3");
 is($seg3_data =~ tr/\0//c,
 	0, 'damaged record: a segment after the end of WAL holds only zeroes');
 my $seg3_start = $archiving->safe_psql('postgres',

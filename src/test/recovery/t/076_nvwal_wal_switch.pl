@@ -43,18 +43,11 @@ sub pages_not_zero_after
 {
 	my ($node, $segment, $offset) = @_;
 	my $page_size = $node->safe_psql('postgres', 'SHOW wal_block_size');
-	my $path = $node->data_dir . "/pg_wal/$segment";
-	my $count = 0;
+	my $data = slurp_file(
+		$node->data_dir . "/pg_wal/$segment",
+		(int($offset / $page_size) + 2) * $page_size);
 
-	open my $fh, '<:raw', $path or die "could not open \"$path\": $!";
-	seek($fh, (int($offset / $page_size) + 2) * $page_size, 0)
-	  or die "could not seek in \"$path\": $!";
-	while (read($fh, my $page, $page_size))
-	{
-		$count++ if $page =~ /[^\0]/;
-	}
-	close $fh;
-	return $count;
+	return scalar grep { /[^\0]/ } unpack("(a$page_size)*", $data);
 }
 
 my $node = PostgreSQL::Test::Cluster->new('nvwal_wal_switch');
