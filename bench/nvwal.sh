@@ -27,9 +27,7 @@
 #
 # Needs root (servers run as the test user, who must own the tmpfs
 # directories) and the optimized builds, which it brings up to date with
-# tools/build (NO_BUILD=1 skips that).  nvwal-oncopy runs a build with
-# NVWAL_PERSIST_ON_COPY: inserters copy WAL into the ring with
-# pmem_memcpy_nodrain() instead of XLogFlush() writing it back.
+# tools/build (NO_BUILD=1 skips that).
 # nvwal-async runs NVWAL with synchronous_commit = off, where the WAL writer
 # alone makes the ring durable and writes it back: compared with async, it
 # shows what NVWAL costs a workload that does not wait for its commits.
@@ -61,7 +59,6 @@ VARIANTS=(
 	"nvwal|patched|nvwal_path = '$SHM/nvwal.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
 	"async|vanilla|synchronous_commit = off||disk"
 	"patched-disk|patched|||disk"
-	"nvwal-oncopy|patched-oncopy|nvwal_path = '$SHM/nvwal-oncopy.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
 	"nvwal-async|patched|nvwal_path = '$SHM/nvwal-async.buf';nvwal_size = $NVWAL_SIZE;synchronous_commit = off|PMEM_IS_PMEM_FORCE=1|disk"
 )
 

@@ -118,7 +118,6 @@ def main():
             ("nvwal / tmpfs", "nvwal", "tmpfs", 1.0, True),
             ("nvwal / disk", "nvwal", "disk", None, False),
             ("patched-disk / disk", "patched-disk", "disk", None, False),
-            ("nvwal-oncopy / nvwal", "nvwal-oncopy", "nvwal", None, False),
             ("nvwal-async / async", "nvwal-async", "async", None, False)):
         within = [ratio(a, b, c) for c in clients]
         values = [statistics.median(w) if w else None for w in within]
@@ -232,7 +231,7 @@ def main():
             f.write(f"{c} " + " ".join(f"{tps.get((n, c), float('nan')):.1f}" for n in names) + "\n")
     colors = {"disk": "#999999", "tmpfs": "#377eb8", "nvwal": "#e41a1c",
               "async": "#4daf4a", "patched-disk": "#555555",
-              "nvwal-oncopy": "#ff7f00", "nvwal-async": "#a65628"}
+              "nvwal-async": "#a65628"}
     def color(n):
         return colors.get(n, "#984ea3")
     lat_dat = os.path.join(work, "plot-latency.dat")

@@ -124,19 +124,60 @@ let_test_user_write() {
 # as the test user too.
 MAKE_TOPLEVEL=(env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS make)
 
-# record_failures NAME STATUS DIGEST-COMMAND...: after a test run, keep
-# the digest of its failures in $BUILD/failures/NAME (tools/tap-digest
-# prints one), or remove what an earlier run left there when STATUS is 0.
-# tools/check prints these files last, where CI's excerpt of the output
-# shows them.
-record_failures() {
-	local name=$1 status=$2
-	shift 2
-	mkdir -p "$BUILD/failures"
-	rm -f "$BUILD/failures/$name"
-	[ "$status" -eq 0 ] && return 0
-	"$@" >"$BUILD/failures/$name" 2>&1 || true
-	cat "$BUILD/failures/$name" >&2
+# run_and_rerun NAME RUN FAILED DIGEST: the test runners' common part.
+#
+#   RUN [TEST...]   runs every test of the selection, or the named ones;
+#                   RERUN_PASS says which run it is (1, then 2)
+#   FAILED          prints the names of the tests the last RUN failed
+#   DIGEST          prints, in a few lines each, why they failed
+#                   (tools/tap-digest)
+#
+# A run that fails is followed by a second one of the tests it failed
+# (at most $RERUN_MAX, default 5).  A test that passes then does not fail
+# the run, but is reported as flaky, with its first failure, in
+# $BUILD/failures/flaky-NAME: an intermittent failure must be seen and
+# explained, and it must not hide the results of everything else.  What
+# still fails is in $BUILD/failures/NAME, with both failures; tools/check
+# prints these files last, where CI's excerpt of the output shows them.
+# Leaves the flaky tests' names in RERUN_FLAKY; returns the final status.
+run_and_rerun() {
+	local name=$1 run=$2 failed=$3 digest=$4 status=0 t
+	local fdir=$BUILD/failures
+	local -a first=() still=()
+	RERUN_FLAKY=()
+	mkdir -p "$fdir"
+	rm -f "$fdir/$name" "$fdir/flaky-$name"
+	RERUN_PASS=1 "$run" || status=$?
+	[ $status -eq 0 ] && return 0
+	mapfile -t first < <(RERUN_PASS=1 "$failed")
+	RERUN_PASS=1 "$digest" >"$fdir/.$name-first" 2>&1 || true
+	if [ ${#first[@]} -gt 0 ] && [ ${#first[@]} -le "${RERUN_MAX:-5}" ]; then
+		say "$name: running once more what failed: ${first[*]}"
+		status=0
+		RERUN_PASS=2 "$run" "${first[@]}" || status=$?
+		mapfile -t still < <(RERUN_PASS=2 "$failed")
+		for t in "${first[@]}"; do
+			[[ " ${still[*]} " == *" $t "* ]] || RERUN_FLAKY+=("$t")
+		done
+		# A second run that failed without naming a test (it stopped
+		# early) leaves them all failed.
+		[ $status -eq 0 ] || [ ${#still[@]} -gt 0 ] || RERUN_FLAKY=()
+		if [ $status -ne 0 ]; then
+			{
+				cat "$fdir/.$name-first"
+				echo "-- when run again:"
+				RERUN_PASS=2 "$digest"
+			} >"$fdir/$name" 2>&1 || true
+		elif [ ${#RERUN_FLAKY[@]} -gt 0 ]; then
+			cp "$fdir/.$name-first" "$fdir/flaky-$name"
+		fi
+	else
+		status=1
+		cp "$fdir/.$name-first" "$fdir/$name"
+	fi
+	rm -f "$fdir/.$name-first"
+	[ -s "$fdir/$name" ] && cat "$fdir/$name" >&2
+	return $status
 }
 
 # Run a command as the test user (or as ourselves when we are that user).

@@ -79,16 +79,6 @@ extern void NvwalArchiveCompletedSegments(XLogRecPtr redo,
 extern uint64 NvwalRenewFileId(uint64 recorded_id);
 extern void NvwalStartWriting(XLogRecPtr endOfLog, TimeLineID tli);
 
-/*
- * Define NVWAL_PERSIST_ON_COPY to have each inserter copy its record into
- * the ring with pmem_memcpy_nodrain() and drain before it releases its
- * insertion lock, so that XLogFlush() has nothing left to write back.  By
- * default inserters use plain stores and XLogFlush() writes back the range
- * it needs with pmem_flush().  bench/nvwal.sh measures both (variant
- * nvwal-oncopy); on emulated pmem the default was faster (README.nvwal).
- */
-/* #define NVWAL_PERSIST_ON_COPY */
-
 /* Durability of ring contents */
 extern void NvwalPersistRange(XLogRecPtr from, XLogRecPtr to);
 extern void NvwalPersistPage(const char *page);
@@ -96,14 +86,6 @@ extern void NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written);
 extern void NvwalMarkClean(void);
 extern void NvwalCountRingFull(void);
 extern bool NvwalPageIsEmpty(const char *page);
-#ifdef NVWAL_PERSIST_ON_COPY
-extern bool NvwalPersistedOnCopy(void);
-extern void NvwalCopy(char *dst, const char *src, Size len);
-extern void NvwalFlushBytes(const void *addr, Size len);
-extern void NvwalDrain(void);
-#else
-#define NvwalPersistedOnCopy() false
-#endif
 
 /* Base backups leave the file out */
 extern bool NvwalIsDataDirFile(const char *relpath);

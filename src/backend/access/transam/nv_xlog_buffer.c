@@ -1654,57 +1654,6 @@ NvwalCountRingFull(void)
 }
 
 /*
- * Do inserters persist their records themselves (NVWAL_PERSIST_ON_COPY),
- * leaving XLogFlush() nothing to write back?  Only on real persistent
- * memory: msync() works on pages, once per commit is enough.
- */
-#ifdef NVWAL_PERSIST_ON_COPY
-bool
-NvwalPersistedOnCopy(void)
-{
-#ifdef USE_LIBPMEM
-	return nvwal_is_pmem;
-#else
-	return false;
-#endif
-}
-
-/* Copy WAL into the ring, on its way to persistence but not waiting */
-void
-NvwalCopy(char *dst, const char *src, Size len)
-{
-#ifdef USE_LIBPMEM
-	if (nvwal_is_pmem)
-	{
-		pmem_memcpy_nodrain(dst, src, len);
-		return;
-	}
-#endif
-	memcpy(dst, src, len);
-}
-
-/* Write back ring bytes stored otherwise than with NvwalCopy() */
-void
-NvwalFlushBytes(const void *addr, Size len)
-{
-#ifdef USE_LIBPMEM
-	if (nvwal_is_pmem)
-		pmem_flush(addr, len);
-#endif
-}
-
-/* Wait until this process's NvwalCopy() and NvwalFlushBytes() are durable */
-void
-NvwalDrain(void)
-{
-#ifdef USE_LIBPMEM
-	if (nvwal_is_pmem)
-		pmem_drain();
-#endif
-}
-#endif							/* NVWAL_PERSIST_ON_COPY */
-
-/*
  * Is 'relpath' (relative to the data directory, as base backups name
  * files) the NVWAL file, or the temporary file it is built under?
  */
