@@ -1189,12 +1189,7 @@ nvwal_salvage_write_failed(const char *segname)
 			 errhint("Check the storage of pg_wal, and the persistent memory holding the non-volatile WAL buffer file, for errors; the WAL is kept in the file until the server has started.")));
 }
 
-/*
- * Write ring pages [from, to) to the segment files of 'tli' and fsync them.
- * A segment that 'to' lies beyond ends with the padding of a WAL switch if
- * its last pages are empty: they go to pg_wal as zeroes, as XLogWrite()
- * writes them.
- */
+/* Write ring pages [from, to) to the segment files of 'tli' and fsync them */
 static void
 nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 {
@@ -1204,24 +1199,17 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 	{
 		XLogSegNo	segno;
 		XLogRecPtr	segend;
-		XLogRecPtr	wal_end;
 		char		segname[MAXFNAMELEN];
 		int			fd;
 
 		XLByteToSeg(ptr, segno, wal_segment_size);
 		XLogFileName(segname, tli, segno, wal_segment_size);
 		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
-		wal_end = Min(to, segend);
-		if (to > segend)
-		{
-			while (wal_end > ptr && !nvwal_page_has_data(wal_end - XLOG_BLCKSZ))
-				wal_end -= XLOG_BLCKSZ;
-		}
 		fd = XLogFileInit(segno, tli);
-		while (ptr < wal_end)
+		while (ptr < Min(to, segend))
 		{
 			Size		off = ptr % nvwal_ring_size;
-			Size		len = Min(wal_end - ptr, nvwal_ring_size - off);
+			Size		len = Min(Min(to, segend) - ptr, nvwal_ring_size - off);
 			ssize_t		written;
 
 			/*
@@ -1239,18 +1227,6 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
 			if (written <= 0)
 				nvwal_salvage_write_failed(segname);
 			ptr += written;
-		}
-		if (ptr < Min(to, segend))
-		{
-			Size		len = Min(to, segend) - ptr;
-
-			errno = 0;
-			pgstat_report_wait_start(WAIT_EVENT_WAL_WRITE);
-			if (pg_pwrite_zeros(fd, len,
-								XLogSegmentOffset(ptr, wal_segment_size)) < 0)
-				nvwal_salvage_write_failed(segname);
-			pgstat_report_wait_end();
-			ptr += len;
 		}
 		issue_xlog_fsync(fd, segno, tli);
 		if (close(fd) != 0)
