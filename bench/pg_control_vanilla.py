@@ -4,7 +4,7 @@ in vanilla PostgreSQL's layout.
 
 The patch series changes pg_control: a catalog version bump (the output
 columns of pg_stat_get_recovery_prefetch() and the new pg_stat_nvwal) and
-two fields for the non-volatile WAL buffer (PG_CONTROL_VERSION 1801).
+four fields for the non-volatile WAL buffer (PG_CONTROL_VERSION 1801).
 Benchmarks that replay one crashed cluster with both servers use this on
 their copy of it for vanilla.  Recovery reads neither the catalogs nor the
 NVWAL fields, which must be zero (the cluster did not use NVWAL), so the
@@ -31,7 +31,7 @@ max_locks_per_xact track_commit_timestamp maxAlign floatFormat blcksz
 relseg_size xlog_blcksz xlog_seg_size nameDataLen indexMaxKeys
 toast_max_chunk_size loblksize float8ByVal data_checksum_version
 default_char_signedness mock_authentication_nonce crc""".split()
-PATCHED_ONLY = ["nvwalFileId", "nvwalSize"]
+PATCHED_ONLY = ["nvwalFileId", "nvwalSize", "nvwalSalvageEnd", "nvwalSalvageTLI"]
 PG_CONTROL_FILE_SIZE = 8192
 
 

@@ -72,7 +72,10 @@ extern bool NvwalWanted(void);
 extern Size NvwalRingSize(void);
 extern char *NvwalAttach(const ControlFileData *controlFile);
 extern bool NvwalSalvageNeeded(void);
-extern void NvwalSalvage(void);
+extern XLogRecPtr NvwalSalvage(TimeLineID *tli);
+extern void NvwalSalvageDone(XLogRecPtr end);
+extern void NvwalClearSalvagedTail(XLogRecPtr endOfLog, XLogRecPtr salvageEnd,
+								   TimeLineID tli);
 extern void NvwalArchiveCompletedSegments(XLogRecPtr redo,
 										  XLogRecPtr endOfLog,
 										  TimeLineID endOfLogTLI);

@@ -1254,12 +1254,15 @@ nvwal_write_to_segments(XLogRecPtr from, XLogRecPtr to, TimeLineID tli)
  * The caller has renewed the file's identifier with NvwalRenewFileId() and
  * recorded it in pg_control; from now on only that identifier is accepted,
  * so that a copy of this data directory that shares the file is refused
- * before any of its WAL has left the ring.
+ * before any of its WAL has left the ring.  Returns where the WAL written
+ * ends, and its timeline in *tli, or InvalidXLogRecPtr if there was none;
+ * the caller records that in pg_control (see NvwalClearSalvagedTail()) and
+ * then calls NvwalSalvageDone().
  *
  * Runs in the start-up process (or a single-user backend) before recovery.
  */
-void
-NvwalSalvage(void)
+XLogRecPtr
+NvwalSalvage(TimeLineID *tli_p)
 {
 #ifdef USE_LIBPMEM
 	XLogRecPtr	synced = nvwal_header->synced_upto;
@@ -1313,16 +1316,30 @@ NvwalSalvage(void)
 					LSN_FORMAT_ARGS(start), LSN_FORMAT_ARGS(end), tli,
 					nvwal_path)));
 
-	/* From now on the ring holds nothing pg_wal lacks */
-	nvwal_header_set(&nvwal_header->synced_upto, end);
+	*tli_p = tli;
+	return end > start ? end : InvalidXLogRecPtr;
+#else
+	return InvalidXLogRecPtr;
+#endif
+}
+
+/*
+ * The salvage has written the ring's tail, up to 'end', to pg_wal and
+ * pg_control records it: from now on the ring holds nothing pg_wal lacks.
+ */
+void
+NvwalSalvageDone(XLogRecPtr end)
+{
+#ifdef USE_LIBPMEM
+	if (!XLogRecPtrIsInvalid(end))
+		nvwal_header_set(&nvwal_header->synced_upto, end);
 	nvwal_header_set(&nvwal_header->clean, 1);
 #endif
 }
 
-#ifdef USE_LIBPMEM
-/* Report a failure of nvwal_forget_tail() on 'path' */
+/* Report a failure of NvwalClearSalvagedTail() on 'path' */
 static void
-nvwal_forget_tail_failed(const char *path)
+nvwal_clear_tail_failed(const char *path)
 {
 	ereport(FATAL,
 			(errcode_for_file_access(),
@@ -1332,9 +1349,10 @@ nvwal_forget_tail_failed(const char *path)
 }
 
 /*
- * Forget the pages from the one after 'endOfLog' up to 'to' on timeline
- * 'tli', in the ring and in pg_wal: pages that the salvage wrote past the end
- * of WAL that recovery found.
+ * Recovery has ended at 'endOfLog', and new WAL will be written from there on
+ * timeline 'tli'.  Zero the pages from the one after 'endOfLog' up to
+ * 'salvageEnd' in the segment files of 'tli' in pg_wal: pages that the
+ * salvage of a non-volatile WAL buffer wrote there past the end of WAL.
  *
  * The salvage writes every page up to the last one holding WAL, including
  * pages past a record whose insertion never finished: another inserter may
@@ -1345,32 +1363,23 @@ nvwal_forget_tail_failed(const char *path)
  * read the stale record as the next one, its xl_prev matching, and replay
  * WAL that was never durable: a transaction could commit without its
  * earlier changes.  pg_wal never holds such pages without NVWAL, since
- * XLogWrite() stops at insertions not finished.  Their headers are
- * invalidated in the ring, and the pages zeroed in pg_wal, before any new
- * WAL is written.  This is bounded by what the salvage wrote.
+ * XLogWrite() stops at insertions not finished.
+ *
+ * pg_control, not the file, says how far the salvage wrote, and this does
+ * not use the file: a start after a failed recovery may run without
+ * nvwal_path, or in a build without libpmem.  The ring's copy of those pages
+ * is invalidated by NvwalStartWriting().
  */
-static void
-nvwal_forget_tail(XLogRecPtr endOfLog, XLogRecPtr to, TimeLineID tli)
+void
+NvwalClearSalvagedTail(XLogRecPtr endOfLog, XLogRecPtr salvageEnd,
+					   TimeLineID tli)
 {
 	XLogRecPtr	end_page = endOfLog - endOfLog % XLOG_BLCKSZ;
 	XLogRecPtr	from = endOfLog == end_page ? endOfLog : end_page + XLOG_BLCKSZ;
 	XLogRecPtr	ptr;
 	bool		cleared = false;
 
-	/*
-	 * The salvage scans at most one ring from a page that recovery has
-	 * reached, so it ends at most one ring after the page of the end of WAL,
-	 * whose slot, holding the partial page new WAL continues, is not among
-	 * those cleared.  A position further on was not left by the salvage, but
-	 * by a history that reused this timeline ID (see NvwalSalvage()); the
-	 * ring's pages past the end of WAL are then of that history, which the
-	 * salvage did not write.
-	 */
-	if (from >= to || to > end_page + nvwal_ring_size)
-		return;
-
-	ptr = from;
-	while (ptr < to)
+	for (ptr = from; ptr < salvageEnd;)
 	{
 		XLogSegNo	segno;
 		XLogRecPtr	segend;
@@ -1380,13 +1389,13 @@ nvwal_forget_tail(XLogRecPtr endOfLog, XLogRecPtr to, TimeLineID tli)
 
 		XLByteToSeg(ptr, segno, wal_segment_size);
 		XLogSegNoOffsetToRecPtr(segno + 1, 0, wal_segment_size, segend);
-		len = Min(to, segend) - ptr;
+		len = Min(salvageEnd, segend) - ptr;
 		XLogFilePath(path, tli, segno, wal_segment_size);
 		fd = BasicOpenFile(path, O_RDWR | PG_BINARY);
 		if (fd < 0)
 		{
 			if (errno != ENOENT)
-				nvwal_forget_tail_failed(path);
+				nvwal_clear_tail_failed(path);
 		}
 		else
 		{
@@ -1397,18 +1406,51 @@ nvwal_forget_tail(XLogRecPtr endOfLog, XLogRecPtr to, TimeLineID tli)
 			pgstat_report_wait_start(WAIT_EVENT_WAL_WRITE);
 			if (pg_pwrite_zeros(fd, len,
 								XLogSegmentOffset(ptr, wal_segment_size)) < 0)
-				nvwal_forget_tail_failed(path);
+				nvwal_clear_tail_failed(path);
 			pgstat_report_wait_end();
 			pgstat_report_wait_start(WAIT_EVENT_WAL_SYNC);
 			if (pg_fsync(fd) != 0)
-				nvwal_forget_tail_failed(path);
+				nvwal_clear_tail_failed(path);
 			pgstat_report_wait_end();
 			if (close(fd) != 0)
-				nvwal_forget_tail_failed(path);
+				nvwal_clear_tail_failed(path);
 			cleared = true;
 		}
 		ptr += len;
 	}
+
+	if (cleared)
+		ereport(LOG,
+				(errmsg("cleared WAL from %X/%X to %X/%X on timeline %u past the end of WAL",
+						LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(salvageEnd), tli),
+				 errdetail("Start-up had written it from a non-volatile WAL buffer file, but it does not continue the WAL that recovery replayed.")));
+}
+
+#ifdef USE_LIBPMEM
+/*
+ * Invalidate the ring's pages from the one after 'endOfLog' up to 'to' on
+ * timeline 'tli': pages that the salvage wrote past the end of WAL that
+ * recovery found (see NvwalClearSalvagedTail(), which zeroes them in
+ * pg_wal).  A later salvage would otherwise write them to pg_wal again.
+ */
+static void
+nvwal_forget_tail(XLogRecPtr endOfLog, XLogRecPtr to, TimeLineID tli)
+{
+	XLogRecPtr	end_page = endOfLog - endOfLog % XLOG_BLCKSZ;
+	XLogRecPtr	from = endOfLog == end_page ? endOfLog : end_page + XLOG_BLCKSZ;
+	XLogRecPtr	ptr;
+
+	/*
+	 * The salvage scans at most one ring from a page that recovery has
+	 * reached, so it ends at most one ring after the page of the end of WAL,
+	 * whose slot, holding the partial page new WAL continues, is not among
+	 * those invalidated.  A position further on was not left by the salvage,
+	 * but by a history that reused this timeline ID (see NvwalSalvage()); the
+	 * ring's pages past the end of WAL are then of that history, which the
+	 * salvage did not write.
+	 */
+	if (from >= to || to > end_page + nvwal_ring_size)
+		return;
 
 	for (ptr = from; ptr < to; ptr += XLOG_BLCKSZ)
 	{
@@ -1420,13 +1462,6 @@ nvwal_forget_tail(XLogRecPtr endOfLog, XLogRecPtr to, TimeLineID tli)
 						  sizeof(page->xlp_magic));
 	}
 	nvwal_drain();
-
-	if (cleared)
-		ereport(LOG,
-				(errmsg("cleared WAL from %X/%X to %X/%X on timeline %u past the end of WAL",
-						LSN_FORMAT_ARGS(from), LSN_FORMAT_ARGS(to), tli),
-				 errdetail("Start-up had written it from non-volatile WAL buffer file \"%s\", but it does not continue the WAL that recovery replayed.",
-						   nvwal_path)));
 }
 #endif
 

@@ -421,6 +421,55 @@ is($archiving->safe_psql('postgres', 'SELECT count(*) FROM b'),
 ok( archived($archiving, $b_first),
 	'second failure: the segments the salvage completed are archived, the first included'
 );
+
+# What the salvage wrote past the end of WAL must be zeroed even when the
+# recovery after it fails and the server then starts without the file:
+# pg_control, not the file, says how far the salvage wrote.  As above, a
+# record in the second segment of the ring's tail is damaged, and the
+# first recovery fails on a relation file it may not open.
+$archiving->safe_psql('postgres',
+	'CREATE TABLE c (id int, pad text); CHECKPOINT; SELECT pg_switch_wal()');
+my $c_start =
+  $archiving->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+my $c_seg3 = $archiving->safe_psql('postgres',
+	"SELECT pg_walfile_name('$c_start'::pg_lsn + 2 * 1048576)");
+my $c_file = $archiving->data_dir . '/'
+  . $archiving->safe_psql('postgres', "SELECT pg_relation_filepath('c')");
+$archiving_walwriter = stop_walwriter($archiving);
+$archiving->safe_psql('postgres',
+	q{INSERT INTO c SELECT g, repeat('d', 200) FROM generate_series(1, 15000) g}
+);
+$damaged = $archiving->safe_psql('postgres',
+	"SELECT ('$c_start'::pg_lsn + 1048576 + 262144 + 4000) - '0/0'");
+crash_with_walwriter_stopped($archiving, $archiving_walwriter);
+open($ring, '+<', $ring_file) or die "could not open $ring_file: $!";
+binmode $ring;
+sysseek($ring, 8192 + $damaged % (32 * 1024 * 1024), 0)
+  or die "could not seek in $ring_file: $!";
+syswrite($ring, "\xff" x 64) == 64 or die "could not write $ring_file: $!";
+close($ring) or die "could not close $ring_file: $!";
+chmod(0, $c_file) or die "could not chmod $c_file: $!";
+$failed_offset = -s $archiving->logfile;
+ok(!$archiving->start(fail_ok => 1),
+	'start without the file: the recovery after the salvage fails');
+like(
+	slurp_file($archiving->logfile, $failed_offset),
+	qr/wrote WAL from \S+ to \S+ on timeline \d+ from non-volatile WAL buffer file/,
+	'start without the file: the failed start had salvaged the ring');
+chmod(0600, $c_file) or die "could not chmod $c_file: $!";
+$archiving->adjust_conf('postgresql.conf', 'nvwal_path', "''");
+$restart_offset = -s $archiving->logfile;
+$archiving->start;
+like(
+	slurp_file($archiving->logfile, $restart_offset),
+	qr/cleared WAL from \S+ to \S+ on timeline \d+ past the end of WAL/,
+	'start without the file: start-up zeroed what the salvage wrote past the end of WAL'
+);
+my $c_seg3_data = slurp_file($archiving->data_dir . "/pg_wal/$c_seg3");
+is( $c_seg3_data =~ tr/\0//c,
+	0,
+	'start without the file: a segment after the end of WAL holds only zeroes'
+);
 $archiving->stop;
 
 done_testing();
