@@ -23,7 +23,9 @@
 # included, divided by the transactions): at 4 and 8 clients both CPUs are
 # busy and throughput is what the CPUs can do per transaction, and these
 # counts repeat far better than times do.  COUNT_CPU=0 turns that off; it is
-# off by itself where perf cannot count.
+# off by itself where perf cannot count.  The server's own CPU time (user
+# and system time of its processes, from /proc) is recorded for every run
+# in any case, and reported per transaction.
 #
 # Needs root (servers run as the test user, who must own the tmpfs
 # directories) and the optimized builds, which it brings up to date with
@@ -31,6 +33,9 @@
 # nvwal-async runs NVWAL with synchronous_commit = off, where the WAL writer
 # alone makes the ring durable and writes it back: compared with async, it
 # shows what NVWAL costs a workload that does not wait for its commits.
+# nvwal-base runs nvwal on the install at build/install/base-opt, a copy of
+# an earlier patched-opt install (cp -a build/install/patched-opt
+# build/install/base-opt before a change), to compare before and after.
 # Usage: bench/nvwal.sh [VARIANT...]
 set -euo pipefail
 . "$(dirname "$0")/../tools/lib.sh"
@@ -60,6 +65,7 @@ VARIANTS=(
 	"async|vanilla|synchronous_commit = off||disk"
 	"patched-disk|patched|||disk"
 	"nvwal-async|patched|nvwal_path = '$SHM/nvwal-async.buf';nvwal_size = $NVWAL_SIZE;synchronous_commit = off|PMEM_IS_PMEM_FORCE=1|disk"
+	"nvwal-base|base|nvwal_path = '$SHM/nvwal-base.buf';nvwal_size = $NVWAL_SIZE|PMEM_IS_PMEM_FORCE=1|disk"
 )
 
 [ "$(id -u)" = 0 ] ||
@@ -87,10 +93,10 @@ done
 # The optimized builds the selected variants run.
 builds=$(printf '%s\n' "${BUILD_OF[@]}" | sort -u)
 for b in $builds; do
-	[ -n "${NO_BUILD:-}" ] || "$TOP/tools/build" "$b" opt >&2 ||
+	[ -n "${NO_BUILD:-}" ] || [ "$b" = base ] || "$TOP/tools/build" "$b" opt >&2 ||
 		die "building $b-opt failed"
-	[ -x "$(bin_of "$b")/postgres" ] || die "no $b-opt build; run 'tools/build $b opt'"
-	if [[ $b == patched* ]]; then
+	[ -x "$(bin_of "$b")/postgres" ] || die "no $b-opt build; run 'tools/build $b opt' (for base: copy an earlier patched-opt install there)"
+	if [[ $b == patched* || $b == base ]]; then
 		ldd "$(bin_of "$b")/postgres" | grep -q libpmem ||
 			die "the $b-opt build is not linked with libpmem; rebuild it with 'tools/build $b opt'"
 	fi
@@ -162,7 +168,7 @@ CONF
 # and nothing on the others that the patched build runs.
 check_nvwal() {
 	local name=$1 rows
-	[[ ${BUILD_OF[$name]} == patched* ]] || return 0
+	[[ ${BUILD_OF[$name]} == patched* || ${BUILD_OF[$name]} == base ]] || return 0
 	rows=$(pgv "$name" psql -XAtq -F ' ' -c 'SELECT path, size, is_pmem FROM pg_stat_nvwal')
 	if [[ ${SETTINGS_OF[$name]} == *nvwal_path* ]]; then
 		read -r path size is_pmem <<<"$rows"
@@ -208,6 +214,24 @@ wal_io_counters() {
 		FROM pg_stat_io WHERE object = 'wal' AND context = 'normal'"
 }
 
+# CPU time of a server in clock ticks, user and system: the postmaster's
+# own, that of the children it has reaped (the backends of finished
+# pgbench runs), and that of the children still running.  Taken before and
+# after a run, it gives the server's CPU time per transaction, which perf
+# cannot count on every machine.
+server_cpu_ticks() {
+	local pm pid total=0 f
+	pm=$(head -n 1 "$(data_of "$1")/postmaster.pid")
+	read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pm/stat")"
+	# Fields 14-17 of stat, counted from 3 after the command name.
+	total=$((f[11] + f[12] + f[13] + f[14]))
+	for pid in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+		read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null)" || continue
+		[ ${#f[@]} -gt 12 ] && total=$((total + f[11] + f[12]))
+	done
+	echo "$total"
+}
+
 nvwal_counters() {
 	pgv "$1" psql -XAtq -F ' ' -c 'SELECT flushes, ring_full, written_back FROM pg_stat_nvwal'
 }
@@ -216,7 +240,7 @@ nvwal_counters() {
 # "kind clients variant round tps latency_ms transactions stats" to runs.
 measure() {
 	local kind=$1 clients=$2 name=$3 round=$4 jobs script=() warmup=() before= after stats=- out
-	local io_before io_after
+	local io_before io_after cpu_before cpu_after
 	jobs=$((clients < 2 ? clients : 2))
 	if [ "$kind" = commit ]; then
 		script=(-f "$WORK/insert.sql")
@@ -232,13 +256,17 @@ measure() {
 	pgv "$name" pgbench ${warmup[@]+"${warmup[@]}"} ${script[@]+"${script[@]}"} \
 		-c "$clients" -j "$jobs" -T "$WARMUP" >/dev/null 2>&1 ||
 		die "$name: warm-up failed"
-	[[ ${BUILD_OF[$name]} == patched* ]] && before=$(nvwal_counters "$name")
+	[[ ${BUILD_OF[$name]} == patched* || ${BUILD_OF[$name]} == base ]] && before=$(nvwal_counters "$name")
 	io_before=$(wal_io_counters "$name")
+	cpu_before=$(server_cpu_ticks "$name")
 	[ "$COUNT_CPU" = 0 ] || start_cpu_count
 	out=$(pgv "$name" pgbench -n ${script[@]+"${script[@]}"} -c "$clients" -j "$jobs" -T "$DURATION" 2>&1) ||
 		{ echo "$out" >&2; die "$name: pgbench failed"; }
 	CPU_COUNT=
 	[ "$COUNT_CPU" = 0 ] || stop_cpu_count
+	# The run's backends have exited, or are about to, and been reaped.
+	sleep 0.5
+	cpu_after=$(server_cpu_ticks "$name")
 	# Statistics reach pg_stat_io when a process reports them, up to a
 	# second or so late; over a run of several seconds that is a small error.
 	io_after=$(wal_io_counters "$name")
@@ -253,6 +281,7 @@ measure() {
 	[ "$stats" = - ] && stats= || stats+=,
 	stats+="wal_writes=$((w1 - w0)),wal_fsyncs=$((s1 - s0))"
 	[ -z "$CPU_COUNT" ] || stats+=",$CPU_COUNT"
+	stats+=",server_cpu_us=$(((cpu_after - cpu_before) * 1000000 / $(getconf CLK_TCK)))"
 	local tps lat txns
 	tps=$(sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out")
 	lat=$(sed -n 's/^latency average = \([0-9.]*\) ms/\1/p' <<<"$out")

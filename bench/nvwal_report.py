@@ -39,35 +39,62 @@ def cpu_report(tpcb, clients, names):
     print("\nCPU per TPC-B transaction, whole machine (perf stat -a; median over rounds,"
           " in brackets the range over rounds as % of the median)")
     for counter, unit in (("cycles", "kcycles"), ("instructions", "kinstr")):
-        print(f"\n  {counter + ' (' + unit + ')':<22}" + "".join(f"{str(c) + ' cl':>16}" for c in clients))
-        for n in names:
-            cells = []
-            for c in clients:
-                vals = [v for v in (per_txn(r, counter) for r in tpcb[c].get(n, [])) if v]
-                cells.append(f"{statistics.median(vals) / 1e3:>8.1f} [{spread(vals):4.1f}%]" if vals else "-")
-            print(f"  {n:<22}" + "".join(f"{cell:>16}" for cell in cells))
+        print_per_txn_table(tpcb, clients, names, counter, f"{counter} ({unit})", 1e3)
 
-    def ratios(a, b, c, counter):
+    for counter in ("cycles", "instructions"):
+        print_per_txn_ratios(tpcb, clients, counter, counter,
+                             (("nvwal", "async"), ("nvwal", "tmpfs"), ("nvwal", "disk"), ("tmpfs", "async")))
+
+
+def print_per_txn_table(tpcb, clients, names, counter, heading, unit):
+    """A variant's median of counter per transaction (in units of unit),
+    per client count, with its range over rounds."""
+    print(f"\n  {heading:<22}" + "".join(f"{str(c) + ' cl':>16}" for c in clients))
+    for n in names:
+        cells = []
+        for c in clients:
+            vals = [v for v in (per_txn(r, counter) for r in tpcb[c].get(n, [])) if v]
+            cells.append(f"{statistics.median(vals) / unit:>8.1f} [{spread(vals):4.1f}%]" if vals else "-")
+        print(f"  {n:<22}" + "".join(f"{cell:>16}" for cell in cells))
+
+
+def print_per_txn_ratios(tpcb, clients, counter, what, pairs):
+    """For each pair of variants, the median over rounds of the ratio
+    within a round of counter per transaction, with its 95% interval."""
+    def ratios(a, b, c):
         pa = {r[4]: per_txn(r, counter) for r in tpcb[c].get(a, [])}
         pb = {r[4]: per_txn(r, counter) for r in tpcb[c].get(b, [])}
         return [pa[k] / pb[k] for k in pa if k in pb and pa[k] and pb[k]]
 
-    for counter in ("cycles", "instructions"):
-        print(f"\n  Ratios of {counter} per transaction (below 1: the first variant needs less;"
-              " median over rounds of the ratio within a round, 95% interval)")
-        for a, b in (("nvwal", "async"), ("nvwal", "tmpfs"), ("nvwal", "disk"), ("tmpfs", "async")):
-            within = [ratios(a, b, c, counter) for c in clients]
-            if not any(within):
-                continue
-            cells = []
-            for w in within:
-                if w:
-                    lo, hi = bootstrap_median_ci(w)
-                    cells.append(f"{statistics.median(w):.3f} ({lo:.3f}-{hi:.3f})")
-                else:
-                    cells.append("-")
-            print(f"  {a + ' / ' + b:<22}" + "".join(f"{cell:>22}" for cell in cells))
-        print(f"  {'clients':<22}" + "".join(f"{c:>22}" for c in clients))
+    print(f"\n  Ratios of {what} per transaction (below 1: the first variant needs less;"
+          " median over rounds of the ratio within a round, 95% interval)")
+    for a, b in pairs:
+        within = [ratios(a, b, c) for c in clients]
+        if not any(within):
+            continue
+        cells = []
+        for w in within:
+            if w:
+                lo, hi = bootstrap_median_ci(w)
+                cells.append(f"{statistics.median(w):.3f} ({lo:.3f}-{hi:.3f})")
+            else:
+                cells.append("-")
+        print(f"  {a + ' / ' + b:<22}" + "".join(f"{cell:>22}" for cell in cells))
+    print(f"  {'clients':<22}" + "".join(f"{c:>22}" for c in clients))
+
+
+def server_cpu_report(tpcb, clients, names):
+    """CPU time of the server (its processes' user and system time, from
+    /proc) per TPC-B transaction, and its ratio between variants within a
+    round: what a change to the commit path costs, without pgbench."""
+    if not any(per_txn(r, "server_cpu_us") for c in clients for rs in tpcb[c].values() for r in rs):
+        return
+    print("\nServer CPU time per TPC-B transaction, us (median over rounds,"
+          " in brackets the range over rounds as % of the median)")
+    print_per_txn_table(tpcb, clients, names, "server_cpu_us", "variant", 1)
+
+    print_per_txn_ratios(tpcb, clients, "server_cpu_us", "server CPU time",
+                         (("nvwal", "nvwal-base"), ("nvwal", "async"), ("nvwal", "tmpfs"), ("nvwal", "disk")))
 
 
 def main():
@@ -118,7 +145,8 @@ def main():
             ("nvwal / tmpfs", "nvwal", "tmpfs", 1.0, True),
             ("nvwal / disk", "nvwal", "disk", None, False),
             ("patched-disk / disk", "patched-disk", "disk", None, False),
-            ("nvwal-async / async", "nvwal-async", "async", None, False)):
+            ("nvwal-async / async", "nvwal-async", "async", None, False),
+            ("nvwal / nvwal-base", "nvwal", "nvwal-base", None, False)):
         within = [ratio(a, b, c) for c in clients]
         values = [statistics.median(w) if w else None for w in within]
         if all(v is None for v in values):
@@ -154,6 +182,7 @@ def main():
     print("  (95% interval: percentile bootstrap of the median over rounds, 10000 resamples)")
 
     cpu_report(tpcb, clients, names)
+    server_cpu_report(tpcb, clients, names)
 
     commit = runs["commit"].get(1, {})
     if commit:

@@ -88,6 +88,7 @@ extern void NvwalPersistPage(const char *page);
 extern void NvwalSetSyncedUpTo(XLogRecPtr upto, uint64 written);
 extern void NvwalMarkClean(void);
 extern void NvwalCountRingFull(void);
+extern void NvwalFlushPendingStats(void);
 extern bool NvwalPageIsEmpty(const char *page);
 
 /* Base backups leave the file out */

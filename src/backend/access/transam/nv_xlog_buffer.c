@@ -58,6 +58,7 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc_hooks.h"
+#include "utils/pgstat_internal.h"
 #include "utils/pg_lsn.h"
 #include "utils/timestamp.h"
 #include "utils/wait_event.h"
@@ -123,6 +124,13 @@ static Size nvwal_ring_size = 0;
 
 /* Path of the file relative to the data directory, if it lies inside it */
 static char nvwal_datadir_relpath[MAXPGPATH];
+
+/*
+ * Flushes of the ring by this process, and their time in nanoseconds, not
+ * yet added to NvwalShmem's counters.
+ */
+static uint64 nvwal_pending_flushes = 0;
+static uint64 nvwal_pending_flush_time = 0;
 
 #ifdef USE_LIBPMEM
 static size_t nvwal_map_len = 0;
@@ -1617,17 +1625,36 @@ NvwalPersistRange(XLogRecPtr from, XLogRecPtr to)
 		nvwal_flush_bytes(nvwal_ring + off, len);
 	nvwal_drain();
 
-	pg_atomic_fetch_add_u64(&NvwalShmem->flushes, 1);
+	/* Counted locally: every committer comes here */
+	nvwal_pending_flushes++;
 	if (track_wal_io_timing)
 	{
 		instr_time	end;
 
 		INSTR_TIME_SET_CURRENT(end);
 		INSTR_TIME_SUBTRACT(end, start);
-		pg_atomic_fetch_add_u64(&NvwalShmem->flush_time,
-								INSTR_TIME_GET_NANOSEC(end));
+		nvwal_pending_flush_time += INSTR_TIME_GET_NANOSEC(end);
 	}
+	pgstat_report_fixed = true;
 #endif
+}
+
+/*
+ * Add this process's pending flush counts to pg_stat_nvwal.  Called when the
+ * process reports its WAL statistics (pgstat_wal_flush_cb()), so that a
+ * commit writes no shared counter.
+ */
+void
+NvwalFlushPendingStats(void)
+{
+	if (nvwal_pending_flushes == 0)
+		return;
+	pg_atomic_fetch_add_u64(&NvwalShmem->flushes, nvwal_pending_flushes);
+	if (nvwal_pending_flush_time > 0)
+		pg_atomic_fetch_add_u64(&NvwalShmem->flush_time,
+								nvwal_pending_flush_time);
+	nvwal_pending_flushes = 0;
+	nvwal_pending_flush_time = 0;
 }
 
 /* Make one ring page durable (the partial page start-up copies in) */

@@ -13,9 +13,9 @@
 # pages initialized ahead of insertion, so that its time does not grow with
 # the ring.  A second round, where a checkpoint has written the commit to
 # pg_wal before the crash, shows that the same checks see WAL that is there.
-# A last round, with the WAL writer stopped again, checks that pg_waldump
-# finds all WAL up to the position pg_current_wal_flush_lsn() or
-# pg_current_wal_lsn() returned.  After a backend crash, pg_stat_nvwal
+# A last round, with the WAL writer stopped again, checks that the
+# monitoring functions only read positions: pg_current_wal_flush_lsn()
+# covers a commit that pg_current_wal_lsn() and pg_wal do not.  After a backend crash, pg_stat_nvwal
 # must still describe the file, which stays mapped.  Segments that were
 # complete only in the ring at a crash must be archived once start-up has
 # written them; and when a record in the ring's tail is damaged after the
@@ -201,32 +201,54 @@ is( $node->safe_psql(
 	'asynchronous, only in the ring, written back',
 	'control: all commits survived the second crash');
 
-# A program reading pg_wal of the running server up to the position that
-# pg_current_wal_flush_lsn() or pg_current_wal_lsn() returned finds all of
-# it there, although the WAL writer has not written it: the functions write
-# it first.
-$walwriter = stop_walwriter($node);
-foreach my $function ('pg_current_wal_flush_lsn', 'pg_current_wal_lsn')
+# The monitoring functions only read positions.  With the commit durable in
+# the ring only, pg_current_wal_flush_lsn() covers it and
+# pg_current_wal_lsn(), what pg_wal holds, does not; a program reading pg_wal
+# up to the latter finds all of it there; and calling them writes nothing to
+# pg_wal.  A checkpoint then writes the commit back, and the write position
+# follows.
 {
-	(my $start, $xid, $commit_end) =
-	  commit_past_pg_wal($node, $function, $function);
+	# pg_wal then holds the checkpoint record, at least, from its redo
+	# pointer on.
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	my $checkpoint_redo = $node->safe_psql('postgres',
+		'SELECT redo_lsn FROM pg_control_checkpoint()');
+	$walwriter = stop_walwriter($node);
+	my ($start, $xid, $commit_end) =
+	  commit_past_pg_wal($node, 'monitoring', 'monitoring');
+	my ($write, $flush, $covered, $written) = split /\|/, $node->safe_psql(
+		'postgres', qq{
+SELECT pg_current_wal_lsn(), pg_current_wal_flush_lsn(),
+       pg_current_wal_flush_lsn() >= '$commit_end',
+       pg_current_wal_lsn() >= '$commit_end'});
+	is($covered, 't',
+		'monitoring: pg_current_wal_flush_lsn() covers the durable commit');
+	is($written, 'f',
+		'monitoring: pg_current_wal_lsn() does not, the commit is not in pg_wal'
+	);
 
-	my $end = $node->safe_psql('postgres', "SELECT $function()");
-	is( $node->safe_psql(
-			'postgres', "SELECT '$end'::pg_lsn >= '$commit_end'"),
-		't',
-		"$function: the position returned covers the commit");
 	# With --end, pg_waldump fails if WAL before that position is missing.
 	my ($ok, $dump, $errors) =
-	  run_waldump($node, '--start' => $start, '--end' => $end);
-	ok($ok, "$function: pg_waldump reads pg_wal up to that position")
+	  run_waldump($node, '--start' => $checkpoint_redo, '--end' => $write);
+	ok($ok, 'monitoring: pg_waldump reads pg_wal up to pg_current_wal_lsn()')
 	  or diag("pg_waldump: $errors");
-	like(
-		$dump,
+	unlike(
+		waldump($node, $start),
 		qr/tx:\s+$xid,.*desc: COMMIT/,
-		"$function: pg_waldump finds the commit record");
+		'monitoring: the functions wrote nothing to pg_wal');
+
+	$node->safe_psql('postgres', 'CHECKPOINT');
+	is( $node->safe_psql(
+			'postgres', "SELECT pg_current_wal_lsn() >= '$commit_end'"),
+		't',
+		'monitoring: after a checkpoint, pg_current_wal_lsn() covers the commit'
+	);
+	like(
+		waldump($node, $start),
+		qr/tx:\s+$xid,.*desc: COMMIT/,
+		'monitoring: after a checkpoint, pg_waldump finds the commit record');
+	kill('CONT', $walwriter) or die "could not resume the WAL writer: $!";
 }
-kill('CONT', $walwriter) or die "could not resume the WAL writer: $!";
 
 # When a backend crashes, the postmaster reinitializes shared memory but
 # keeps the file mapped: the start-up process salvages the ring through that

@@ -68,8 +68,6 @@ SELECT pg_switch_wal();
 });
 $node->wait_for_event('client backend', $point);
 
-# pg_current_wal_insert_lsn() writes nothing back, unlike
-# pg_current_wal_lsn() and pg_current_wal_flush_lsn().
 $node->safe_psql('postgres', "INSERT INTO t VALUES (2, 'after the switch')");
 my ($commit_segment, $padding_synced) = split /\|/, $node->safe_psql(
 	'postgres',

@@ -112,7 +112,7 @@ sub wait_for_proc_state
 Stop the node's WAL writer with SIGSTOP while it waits in its main loop,
 and return its pid.  Stopped at any other moment, it may hold WALWriteLock
 in the middle of writing the ring back to pg_wal, and then whatever else
-must write back WAL (walsenders, checkpoints, pg_current_wal_flush_lsn(),
+must write back WAL (walsenders, checkpoints, pg_switch_wal(),
 an inserter that finds the ring full) waits for it until the test times
 out.  In its main wait it holds no lock.
 
