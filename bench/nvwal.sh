@@ -225,7 +225,7 @@ server_cpu_ticks() {
 	read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pm/stat")"
 	# Fields 14-17 of stat, counted from 3 after the command name.
 	total=$((f[11] + f[12] + f[13] + f[14]))
-	for pid in $(cat "/proc/$pm/task/$pm/children" 2>/dev/null); do
+	for pid in $(pgrep -P "$pm"); do
 		read -r -a f <<<"$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null)" || continue
 		[ ${#f[@]} -gt 12 ] && total=$((total + f[11] + f[12]))
 	done
