@@ -14,13 +14,14 @@
 # the ring.  A second round, where a checkpoint has written the commit to
 # pg_wal before the crash, shows that the same checks see WAL that is there.
 # A last round, with the WAL writer stopped again, checks that the
-# monitoring functions only read positions: pg_current_wal_flush_lsn()
-# covers a commit that pg_current_wal_lsn() and pg_wal do not.  After a backend crash, pg_stat_nvwal
-# must still describe the file, which stays mapped.  Segments that were
-# complete only in the ring at a crash must be archived once start-up has
-# written them; and when a record in the ring's tail is damaged after the
-# crash, only the segments recovery found valid to their end are archived,
-# and what the salvage wrote past the end of WAL is zeroed.
+# monitoring functions only read positions: both cover a commit that pg_wal
+# does not hold yet, and calling them writes nothing there.  After a backend
+# crash, pg_stat_nvwal must still describe the file, which stays mapped.
+# Segments that were complete only in the ring at a crash must be archived
+# once start-up has written them; and when a record in the ring's tail is
+# damaged after the crash, only the segments recovery found valid to their
+# end are archived, and what the salvage wrote past the end of WAL is
+# zeroed.
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -202,11 +203,12 @@ is( $node->safe_psql(
 	'control: all commits survived the second crash');
 
 # The monitoring functions only read positions.  With the commit durable in
-# the ring only, pg_current_wal_flush_lsn() covers it and
-# pg_current_wal_lsn(), what pg_wal holds, does not; a program reading pg_wal
-# up to the latter finds all of it there; and calling them writes nothing to
-# pg_wal.  A checkpoint then writes the commit back, and the write position
-# follows.
+# the ring only, both pg_current_wal_lsn() and pg_current_wal_flush_lsn()
+# cover it, as they would without NVWAL once the commit returned, and the
+# write location is not behind the flush location; pg_stat_nvwal.synced_lsn
+# says how far pg_wal is complete, and a program reading pg_wal up to it
+# finds all of it there; calling the functions writes nothing to pg_wal.  A
+# checkpoint then writes the commit back, and synced_lsn follows.
 {
 	# pg_wal then holds the checkpoint record, at least, from its redo
 	# pointer on.
@@ -216,21 +218,28 @@ is( $node->safe_psql(
 	$walwriter = stop_walwriter($node);
 	my ($start, $xid, $commit_end) =
 	  commit_past_pg_wal($node, 'monitoring', 'monitoring');
-	my ($write, $covered, $written) = split /\|/, $node->safe_psql(
+	my ($synced, $flushed, $written, $ordered, $in_pg_wal) =
+	  split /\|/, $node->safe_psql(
 		'postgres', qq{
-SELECT pg_current_wal_lsn(),
+SELECT synced_lsn,
        pg_current_wal_flush_lsn() >= '$commit_end',
-       pg_current_wal_lsn() >= '$commit_end'});
-	is($covered, 't',
+       pg_current_wal_lsn() >= '$commit_end',
+       pg_current_wal_lsn() >= pg_current_wal_flush_lsn(),
+       synced_lsn >= '$commit_end'
+  FROM pg_stat_nvwal});
+	is($flushed, 't',
 		'monitoring: pg_current_wal_flush_lsn() covers the durable commit');
-	is($written, 'f',
-		'monitoring: pg_current_wal_lsn() does not, the commit is not in pg_wal'
-	);
+	is($written, 't',
+		'monitoring: pg_current_wal_lsn() covers the durable commit');
+	is($ordered, 't',
+		'monitoring: the write location is not behind the flush location');
+	is($in_pg_wal, 'f',
+		'monitoring: synced_lsn does not cover it, pg_wal lacks the commit');
 
 	# With --end, pg_waldump fails if WAL before that position is missing.
 	my ($ok, $dump, $errors) =
-	  run_waldump($node, '--start' => $checkpoint_redo, '--end' => $write);
-	ok($ok, 'monitoring: pg_waldump reads pg_wal up to pg_current_wal_lsn()')
+	  run_waldump($node, '--start' => $checkpoint_redo, '--end' => $synced);
+	ok($ok, 'monitoring: pg_waldump reads pg_wal up to synced_lsn')
 	  or diag("pg_waldump: $errors");
 	unlike(
 		waldump($node, $start),
@@ -239,10 +248,10 @@ SELECT pg_current_wal_lsn(),
 
 	$node->safe_psql('postgres', 'CHECKPOINT');
 	is( $node->safe_psql(
-			'postgres', "SELECT pg_current_wal_lsn() >= '$commit_end'"),
+			'postgres',
+			"SELECT synced_lsn >= '$commit_end' FROM pg_stat_nvwal"),
 		't',
-		'monitoring: after a checkpoint, pg_current_wal_lsn() covers the commit'
-	);
+		'monitoring: after a checkpoint, synced_lsn covers the commit');
 	like(
 		waldump($node, $start),
 		qr/tx:\s+$xid,.*desc: COMMIT/,
