@@ -123,11 +123,21 @@ nvwal_source_size(PGconn *conn)
  * Without the nvwal format, the copy keeps the source's settings.  A
  * relative nvwal_path then names a file of the copy's own; an absolute one
  * names the source's file, which the copy must not use.
+ *
+ * Only superusers may see nvwal_path, and older servers do not have it;
+ * asking anyway would put an error into the source's log at every backup,
+ * so those are not asked.
  */
 void
 nvwal_warn_inherited_path(PGconn *conn)
 {
-	char	   *value = show_setting(conn, "nvwal_path");
+	const char *superuser = PQparameterStatus(conn, "is_superuser");
+	char	   *value;
+
+	if (PQserverVersion(conn) < 180000 || superuser == NULL ||
+		strcmp(superuser, "on") != 0)
+		return;
+	value = show_setting(conn, "nvwal_path");
 
 	if (value != NULL && is_absolute_path(value))
 	{
