@@ -32,6 +32,17 @@
 # vanilla_direct_bgw, ours_direct_bgw, vanilla_cached_bgw, ours_cached_bgw)
 # run only when named: they add an aggressive background writer.
 #
+# PROFILE=cloud recovers on the emulated cloud volume of
+# bench/cloud_device.sh (run "bench/cloud_device.sh up" first): each copy
+# of the crashed cluster goes to its file system, the server runs in its
+# blkio cgroup (the IOPS cap), and the report adds the read requests the
+# device served per variant and the device's limit, max(all cached,
+# requests / IOPS cap).  Its default variants are the ones that profile is
+# for, among them *_direct_sized: direct I/O with shared_buffers sized as
+# for direct I/O (DIRECT_SHARED_BUFFERS, default 1GB of the memory limit).
+# The all-cached variants recover a copy on the local disk, as they read
+# nothing from a device.
+#
 # PREV=DIR compares a change to the patched server with the server before it:
 # DIR is an installation of the earlier patched build (for example a copy of
 # build/install/patched-opt made before rebuilding it), and the variants
@@ -49,6 +60,10 @@ ROUNDS=${ROUNDS:-1}
 WORK=${BENCH_DIR:-$BUILD/bench/recovery-prefetch}
 OUT=${BENCH_OUT:-$TOP/bench/results}
 PORT=${BENCH_PORT:-54400}
+PROFILE=${PROFILE:-local}
+CLOUD_DIR=${CLOUD_DIR:-$BUILD/cloud}
+CLOUD_CGROUP=${CLOUD_CGROUP:-pg-cloud}
+DIRECT_SHARED_BUFFERS=${DIRECT_SHARED_BUFFERS:-1GB}
 
 # name | build | settings appended for the recovery | memory
 VARIANTS=(
@@ -76,7 +91,11 @@ NAMED_ONLY=(
 	"ours_direct_bgw|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data;$BGW|limited"
 	"vanilla_cached_bgw|vanilla|recovery_prefetch = off;$BGW|cached"
 	"ours_cached_bgw|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;$BGW|cached"
+	"vanilla_direct_sized|vanilla|recovery_prefetch = on;debug_io_direct = data;shared_buffers = $DIRECT_SHARED_BUFFERS|limited"
+	"ours_direct_sized|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data;shared_buffers = $DIRECT_SHARED_BUFFERS|limited"
 )
+CLOUD_DEFAULT="vanilla_off vanilla_advice vanilla_advice_deep ours_read_uring
+	vanilla_direct_sized ours_direct_sized vanilla_cached ours_cached"
 if [ -n "${PREV:-}" ]; then
 	VARIANTS+=(
 		"prev_read_uring|prev|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|limited"
@@ -103,6 +122,27 @@ done
 # vanilla's layout (bench/pg_control_vanilla.py, which compiles against both
 # trees' headers).
 [ -d "$VANILLA_SRC" ] || die "no vanilla tree; run 'make bench-builds'"
+
+# On the cloud profile, copies go to the device's file system and the
+# server joins its blkio cgroup.
+COPY_DIR=$WORK BLKIO= CLOUD_LOOP= IOPS_CAP=0
+if [ "$PROFILE" = cloud ]; then
+	mountpoint -q "$CLOUD_DIR/fs" ||
+		die "the cloud device is not mounted at $CLOUD_DIR/fs; run 'bench/cloud_device.sh up' first"
+	COPY_DIR=$CLOUD_DIR/fs/recovery-prefetch
+	BLKIO=/sys/fs/cgroup/blkio/$CLOUD_CGROUP
+	CLOUD_LOOP=$(cat "$CLOUD_DIR/loop")
+	IOPS_CAP=$(awk '{print $2}' "$BLKIO/blkio.throttle.read_iops_device")
+	[ -n "$IOPS_CAP" ] || IOPS_CAP=0
+elif [ "$PROFILE" != local ]; then
+	die "PROFILE must be local or cloud"
+fi
+
+# Read requests the cloud device completed, and 8kB blocks read.
+device_reads() {
+	[ -n "$CLOUD_LOOP" ] || { echo "0 0"; return; }
+	awk '{print $1, int($3 * 512 / 8192)}' "/sys/block/${CLOUD_LOOP#/dev/}/stat"
+}
 
 # A memory cgroup for the server (v1 or v2, whichever has the controller).
 setup_cgroup() {
@@ -136,12 +176,10 @@ pg() {
 # Start a server inside the cgroup (or not), and wait until it accepts
 # connections, that is, until crash recovery is over.
 start_server() {
-	local build=$1 data=$2 memory=$3 log=$4
-	if [ "$memory" = limited ]; then
-		bash -c "echo \$\$ >'$CGROUP/cgroup.procs' && exec runuser -u '$TEST_USER' -- '$(bin_of "$build")/pg_ctl' -D '$data' -l '$log' -w -t 3600 start" >/dev/null
-	else
-		pg "$build" pg_ctl -D "$data" -l "$log" -w -t 3600 start >/dev/null
-	fi
+	local build=$1 data=$2 memory=$3 log=$4 join=
+	[ "$memory" != limited ] || join="echo \$\$ >'$CGROUP/cgroup.procs' && "
+	[ -z "$BLKIO" ] || join+="echo \$\$ >'$BLKIO/cgroup.procs' && "
+	bash -c "${join}exec runuser -u '$TEST_USER' -- '$(bin_of "$build")/pg_ctl' -D '$data' -l '$log' -w -t 3600 start" >/dev/null
 }
 
 # Clusters made by an earlier run are reused while the patched build's
@@ -199,8 +237,11 @@ make_crashed() {
 # keep the progress lines for the plot.
 recover() {
 	local fpw=$1 name=$2 build=$3 settings=$4 memory=$5
-	local copy=$WORK/copy log=$WORK/$name-fpw-$fpw.log
-	rm -rf "$copy"
+	local copy=$COPY_DIR/copy log=$WORK/$name-fpw-$fpw.log
+	# All cached reads nothing from any device, and warming a copy on the
+	# cloud volume in 8kB reads would take many minutes.
+	[ "$memory" != cached ] || copy=$WORK/copy
+	rm -rf "$COPY_DIR/copy" "$WORK/copy"
 	cp -a "$WORK/crashed-fpw-$fpw" "$copy"
 	tr ';' '\n' <<<"$settings" >>"$copy/postgresql.conf"
 	if [ "$build" = vanilla ]; then
@@ -216,6 +257,8 @@ recover() {
 		vmtouch -q -l -d -w -P "$WORK/vmtouch.pid" "$copy"
 		locker=$(cat "$WORK/vmtouch.pid")
 	fi
+	local before after
+	before=$(device_reads)
 	start_server "$build" "$copy" "$memory" "$log"
 	local stats=-
 	if [ "$build" != vanilla ]; then
@@ -224,13 +267,15 @@ recover() {
 	fi
 	[ -n "$stats" ] || stats=-
 	pg "$build" pg_ctl -D "$copy" -m immediate stop >/dev/null
+	after=$(device_reads)
 	[ -z "$locker" ] || kill "$locker"
-	echo "$(sed -n 's/.*redo done at .* elapsed: \([0-9.]*\) s.*/\1/p' "$log") $stats"
+	echo "$(sed -n 's/.*redo done at .* elapsed: \([0-9.]*\) s.*/\1/p' "$log") $stats" \
+		"$(awk -v b="$before" -v a="$after" 'BEGIN { split(b, x, " "); split(a, y, " "); print y[1] - x[1], y[2] - x[2] }')"
 }
 
-mkdir -p "$WORK" "$OUT"
+mkdir -p "$WORK" "$OUT" "$COPY_DIR"
 prepare_test_user "$WORK"
-chmod 755 "$WORK"
+chmod 755 "$WORK" "$COPY_DIR"
 setup_cgroup
 make_base
 for fpw in $ROWS; do
@@ -239,10 +284,15 @@ done
 chown -R "$TEST_USER:" "$WORK"
 
 selected=("$@")
-results=$OUT/recovery-prefetch.txt
-[ "$ROWS" = "on off" ] || results=$OUT/recovery-prefetch-${ROWS// /-}.txt
+prefix=recovery-prefetch
+[ "$PROFILE" = local ] || prefix=recovery-prefetch-$PROFILE
+results=$OUT/$prefix.txt
+[ "$ROWS" = "on off" ] || results=$OUT/$prefix-${ROWS// /-}.txt
 : >"$WORK/times"
 chosen=()
+if [ ${#selected[@]} -eq 0 ] && [ "$PROFILE" = cloud ]; then
+	read -r -a selected <<<"$(echo $CLOUD_DEFAULT)"
+fi
 if [ ${#selected[@]} -eq 0 ]; then
 	chosen=("${VARIANTS[@]}")
 else
@@ -261,14 +311,18 @@ for fpw in $ROWS; do
 		for v in "${chosen[@]:rot}" "${chosen[@]:0:rot}"; do
 			IFS='|' read -r name build settings memory <<<"$v"
 			say "row $fpw, round $round/$ROUNDS: $name"
-			read -r t stats < <(recover "$fpw" "$name" "$build" "$settings" "$memory")
+			read -r t stats ios blocks < <(recover "$fpw" "$name" "$build" "$settings" "$memory")
 			case $t in [0-9]*) ;; *) die "no 'redo done' line for $name (log: $WORK/$name-fpw-$fpw.log)" ;; esac
-			echo "$fpw $name $t $stats $round" | tee -a "$WORK/times"
+			echo "$fpw $name $t $stats $round $ios $blocks" | tee -a "$WORK/times"
 		done
 	done
 done
-rm -rf "$WORK/copy"
+rm -rf "$COPY_DIR/copy" "$WORK/copy"
 
-python3 "$TOP/bench/recovery_prefetch_report.py" "$WORK" "$OUT" \
-	"scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS or the ordered changes, shared_buffers 128MB, memory limit $MEMORY_LIMIT, $ROUNDS round(s)" |
+description="scale $SCALE, ${DURATION}s pgbench -N -c $CLIENTS or the ordered changes, shared_buffers 128MB, memory limit $MEMORY_LIMIT, $ROUNDS round(s)"
+if [ "$PROFILE" = cloud ]; then
+	description+="; on the emulated cloud volume, read IOPS cap $IOPS_CAP"
+	[ ! -f "$CLOUD_DIR/fio.txt" ] || description+=$'\n'"$(cat "$CLOUD_DIR/fio.txt")"
+fi
+python3 "$TOP/bench/recovery_prefetch_report.py" "$WORK" "$OUT" "$description" "$prefix" "$IOPS_CAP" |
 	tee "$results"

@@ -2,7 +2,12 @@
 """Report of bench/recovery_prefetch.sh: a table of redo times with ratios,
 the pass/fail of the targets, and a PNG of replay progress per variant.
 
-usage: recovery_prefetch_report.py WORKDIR OUTDIR DESCRIPTION
+usage: recovery_prefetch_report.py WORKDIR OUTDIR DESCRIPTION [PREFIX [IOPS_CAP]]
+
+PREFIX names the plots (PREFIX-fpw-ROW.png, default recovery-prefetch).
+With IOPS_CAP (the cloud profile), the table adds the read requests the
+device served and each variant's device limit, max(all cached, requests /
+IOPS_CAP), and the cloud profile's targets are checked.
 """
 import collections
 import os
@@ -46,11 +51,14 @@ def progress(path):
 
 
 def read_times(work):
-    """{row: {variant: {round: seconds}}} and the last pg_stat_recovery_prefetch
-    line of each of ours, from the times file (one line per recovery:
-    row, variant, seconds, the view's figures or "-", round)."""
+    """{row: {variant: {round: seconds}}}, the last pg_stat_recovery_prefetch
+    line of each of ours and {(row, variant): [read requests per round]},
+    from the times file (one line per recovery: row, variant, seconds, the
+    view's figures or "-", round, and on the cloud profile the device's read
+    requests and 8kB blocks)."""
     times = collections.OrderedDict()
     prefetch_stats = {}
+    device = collections.defaultdict(list)
     with open(os.path.join(work, "times")) as f:
         for line in f:
             fields = line.split()
@@ -60,7 +68,9 @@ def read_times(work):
             times.setdefault(row, collections.OrderedDict()).setdefault(name, {})[int(rnd)] = float(seconds)
             if stats != "-":
                 prefetch_stats[(row, name)] = stats
-    return times, prefetch_stats
+            if len(fields) > 6:
+                device[(row, name)].append((int(fields[5]), int(fields[6])))
+    return times, prefetch_stats, device
 
 
 def within_rounds(row, num, den):
@@ -77,10 +87,15 @@ def within_rounds(row, num, den):
 
 def main():
     work, out, description = sys.argv[1], sys.argv[2], sys.argv[3]
-    times, prefetch_stats = read_times(work)
+    prefix = sys.argv[4] if len(sys.argv) > 4 else "recovery-prefetch"
+    iops_cap = int(sys.argv[5]) if len(sys.argv) > 5 else 0
+    times, prefetch_stats, device = read_times(work)
     rounds = max(len(runs) for row in times.values() for runs in row.values())
 
+    description, _, device_lines = description.partition("\n")
     print(f"Crash recovery, redo time in seconds ({description})")
+    if device_lines:
+        print(device_lines)
     if rounds > 1:
         print("Times are medians over the rounds, spread their range as a percentage of the median.")
         print("Ratios are taken within each round and their median is given, with their range")
@@ -91,13 +106,25 @@ def main():
         print("Ratios are to vanilla_off of the same row; lower is faster.")
     for fpw, row in times.items():
         print(f"\n{row_title(fpw)}")
-        print(f"  {'variant':<19} {'redo s':>8} {'spread':>8} {'vs off':>8}  pg_stat_recovery_prefetch (ours, last round)")
+        cached = statistics.median(row["vanilla_cached"].values()) if "vanilla_cached" in row else 0.0
+        limits = {}
+        head = f"  {'variant':<20} {'redo s':>8} {'spread':>8} {'vs off':>8}"
+        if iops_cap:
+            head += f" {'dev reqs':>9} {'8kB blks':>9} {'limit s':>8} {'vs limit':>8}"
+        print(head + "  pg_stat_recovery_prefetch (ours, last round)")
         for name, runs in row.items():
             t = statistics.median(runs.values())
             vs_off = within_rounds(row, name, "vanilla_off")
             ratio = f"{statistics.median(vs_off):8.2f}" if vs_off else f"{'':>8}"
             sp = f"{spread(list(runs.values())):7.0f}%" if len(runs) > 1 else f"{'':>8}"
-            print(f"  {name:<19} {t:8.1f} {sp} {ratio}  {prefetch_stats.get((fpw, name), '')}")
+            line = f"  {name:<20} {t:8.1f} {sp} {ratio}"
+            if iops_cap:
+                reqs = statistics.median(r for r, _ in device[(fpw, name)]) if device[(fpw, name)] else 0
+                blocks = statistics.median(b for _, b in device[(fpw, name)]) if device[(fpw, name)] else 0
+                limits[name] = max(cached, reqs / iops_cap)
+                vs_limit = f"{t / limits[name]:8.2f}" if limits[name] > 0 else f"{'':>8}"
+                line += f" {reqs:9.0f} {blocks:9.0f} {limits[name]:8.1f} {vs_limit}"
+            print(f"{line}  {prefetch_stats.get((fpw, name), '')}")
 
         def check(label, values, target, lower_is_pass=True, verdict=True):
             if not values:
@@ -124,8 +151,27 @@ def main():
         if single:
             print(f"  combining neighbours: ours_read_single (io_combine_limit = 1) / ours_read_uring: "
                   f"{statistics.median(single):.2f}")
+        if advice:
+            # Never slower than advice, in every row: the default against
+            # vanilla's posix_fadvise at its defaults.
+            check("vanilla_advice / ours_read_uring (never slower than advice)",
+                  within_rounds(row, "vanilla_advice", "ours_read_uring"), 1.0, False)
+        check("ours_cached / vanilla_cached (all cached)",
+              within_rounds(row, "ours_cached", "vanilla_cached"), 1.03)
+        if iops_cap:
+            both = len(advice) == 2
+            check("vanilla_direct_sized / ours_direct_sized",
+                  within_rounds(row, "vanilla_direct_sized", "ours_direct_sized"), 5.0, False)
+            if advice:
+                check(f"vanilla's better advice ({', '.join(advice)}) / ours_read_uring",
+                      within_rounds(row, advice, "ours_read_uring"),
+                      2.0 if fpw == "ordered" else 1.0, False, verdict=both)
+            if fpw != "ordered" and "ours_read_uring" in limits and limits["ours_read_uring"] > 0:
+                check("ours_read_uring / its device limit",
+                      [t / limits["ours_read_uring"] for t in row["ours_read_uring"].values()], 1.25)
+            continue
         if fpw not in ("on", "off"):
-            continue  # the targets are for the pgbench rows
+            continue  # the remaining targets are for the pgbench rows
         for n in ("ours_read_uring", "ours_read_worker", "ours_read_deep"):
             check(f"{n} / vanilla_cached", within_rounds(row, n, "vanilla_cached"), 1.25)
             if advice:
@@ -137,11 +183,10 @@ def main():
                 check(f"{label} ({', '.join(advice)}) / {n}",
                       within_rounds(row, advice, n), 1.3, False, verdict=both)
         check("vanilla_direct / ours_direct", within_rounds(row, "vanilla_direct", "ours_direct"), 2.5, False)
-        check("ours_cached / vanilla_cached", within_rounds(row, "ours_cached", "vanilla_cached"), 1.05)
 
     # One plot per row, one line per variant.
     for fpw, row in times.items():
-        png = os.path.join(out, f"recovery-prefetch-fpw-{fpw}.png")
+        png = os.path.join(out, f"{prefix}-fpw-{fpw}.png")
         data = os.path.join(work, f"plot-{fpw}.dat")
         names = []
         with open(data, "w") as f:
@@ -163,7 +208,7 @@ def main():
         script = f"""
 set terminal png size 1000,600 noenhanced
 set output '{png}'
-set title 'Crash recovery progress, {row_title(fpw)}'
+set title 'Crash recovery progress{", emulated cloud volume" if iops_cap else ""}, {row_title(fpw)}'
 set xlabel 'seconds since redo started'
 set ylabel 'WAL replayed (MB)'
 set key bottom right
