@@ -373,7 +373,8 @@ $inside->stop;
 # servers, which this test cannot start.)
 my $plain = PostgreSQL::Test::Cluster->new('plain');
 $plain->init(allows_streaming => 1);
-$plain->append_conf('postgresql.conf', "nvwal_path = ''\nnvwal_size = 48MB\n");
+$plain->append_conf('postgresql.conf',
+	"nvwal_path = ''\nnvwal_size = 48MB\n");
 $plain->start;
 my $plain_file = "$tempdir/plain.nvwal";
 $plain->command_ok(
