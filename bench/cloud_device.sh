@@ -5,7 +5,8 @@
 #
 #   bench/cloud_device.sh up       set it up, mounted at $CLOUD_DIR/fs
 #   bench/cloud_device.sh fio      measure it (8kB random reads, queue
-#                                  depth 1 and 32), into $CLOUD_DIR/fio.txt
+#                                  depth 1 and 32 under the cap, 32
+#                                  without it), into $CLOUD_DIR/fio.txt
 #   bench/cloud_device.sh down     tear it down
 #
 # The chain: bench/latency_device.c, a FUSE file system of one file backed
@@ -114,9 +115,10 @@ measure() {
 	[ -n "$loop" ] || die "the cloud device is not up; run '$0 up' first"
 	{
 		echo "cloud device: ${LATENCY_US}us per read in the daemon, read IOPS cap $READ_IOPS, $THREADS threads; $(nproc) CPUs, $(uname -r); $(date -u +%F)"
-		for qd in 1 32; do
-			echo "8kB random reads, O_DIRECT, io_uring, queue depth $qd:"
-			sh -c "echo \$\$ >$cgroup/cgroup.procs && exec fio --name=cloud --filename=$loop \
+		for run in "1 $cgroup" "32 $cgroup" "32 /sys/fs/cgroup/blkio"; do
+			read -r qd group <<<"$run"
+			echo "8kB random reads, O_DIRECT, io_uring, queue depth $qd$([ "$group" = "$cgroup" ] || echo ", without the IOPS cap"):"
+			sh -c "echo \$\$ >$group/cgroup.procs && exec fio --name=cloud --filename=$loop \
 				--direct=1 --rw=randread --bs=8k --iodepth=$qd --ioengine=io_uring \
 				--runtime=10 --time_based --group_reporting" |
 				grep -E '^ +(read:|clat \(|lat \()' | sed 's/^ */  /'
