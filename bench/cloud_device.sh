@@ -22,9 +22,7 @@
 # about 0.2ms to LATENCY_US, hence its default of 850: 1.04ms per 8kB read
 # at queue depth 1, and at depth 32 1.18ms and 26.9k IOPS without the cap
 # (the daemon's CPU time is the limit), 16.0k with the default cap.
-# nbdkit's delay filter behind nbdfuse, tried first, gave at most 10 /
-# (latency + 0.35ms) IOPS at any depth: libfuse's default of 10 threads,
-# which nbdfuse does not raise.
+# bench/latency_device.c says why not nbdkit's delay filter and nbdfuse.
 #
 # Settings: LATENCY_US (default 850), WRITE_LATENCY_US (default
 # LATENCY_US), READ_IOPS and WRITE_IOPS (default 16000, 0 for none), SIZE

@@ -30,7 +30,9 @@
 #
 # Variants named *_bgw (vanilla_advice_bgw, ours_read_uring_bgw,
 # vanilla_direct_bgw, ours_direct_bgw, vanilla_cached_bgw, ours_cached_bgw)
-# run only when named: they add an aggressive background writer.
+# run only when named: they add an aggressive background writer.  So do
+# vanilla_direct_sized and ours_direct_sized (below) outside the cloud
+# profile.
 #
 # PROFILE=cloud recovers on the emulated cloud volume of
 # bench/cloud_device.sh (run "bench/cloud_device.sh up" first): each copy
@@ -91,6 +93,7 @@ NAMED_ONLY=(
 	"ours_direct_bgw|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data;$BGW|limited"
 	"vanilla_cached_bgw|vanilla|recovery_prefetch = off;$BGW|cached"
 	"ours_cached_bgw|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;$BGW|cached"
+	# direct I/O with shared_buffers sized for it
 	"vanilla_direct_sized|vanilla|recovery_prefetch = on;debug_io_direct = data;shared_buffers = $DIRECT_SHARED_BUFFERS|limited"
 	"ours_direct_sized|patched|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring;debug_io_direct = data;shared_buffers = $DIRECT_SHARED_BUFFERS|limited"
 )

@@ -52,7 +52,8 @@ def progress(path):
 
 def read_times(work):
     """{row: {variant: {round: seconds}}}, the last pg_stat_recovery_prefetch
-    line of each of ours and {(row, variant): [read requests per round]},
+    line of each of ours and {(row, variant): [(read requests, 8kB blocks)
+    per round]},
     from the times file (one line per recovery: row, variant, seconds, the
     view's figures or "-", round, and on the cloud profile the device's read
     requests and 8kB blocks)."""
@@ -119,8 +120,9 @@ def main():
             sp = f"{spread(list(runs.values())):7.0f}%" if len(runs) > 1 else f"{'':>8}"
             line = f"  {name:<20} {t:8.1f} {sp} {ratio}"
             if iops_cap:
-                reqs = statistics.median(r for r, _ in device[(fpw, name)]) if device[(fpw, name)] else 0
-                blocks = statistics.median(b for _, b in device[(fpw, name)]) if device[(fpw, name)] else 0
+                reads = device[(fpw, name)] or [(0, 0)]
+                reqs = statistics.median(r for r, _ in reads)
+                blocks = statistics.median(b for _, b in reads)
                 limits[name] = max(cached, reqs / iops_cap)
                 vs_limit = f"{t / limits[name]:8.2f}" if limits[name] > 0 else f"{'':>8}"
                 line += f" {reqs:9.0f} {blocks:9.0f} {limits[name]:8.1f} {vs_limit}"
