@@ -105,7 +105,7 @@ INSERT INTO t SELECT g, $round, 'late' FROM generate_series(20000 + $round * 100
 	  );
 	is($method, 'read', "$name: crash recovery prefetched with reads");
 	cmp_ok($reads, '>', 0, "$name: reads were started during crash recovery");
-	note "$name: $reads reads of $blocks_read blocks";
+	note "$name: $reads reads of $blocks_read blocks, pin_stalls $pin_stalls";
 
 	# With 16 buffers the look-ahead may hold one pin at a time, and must
 	# wait for redo to release it, so each read is of one block.  With the
