@@ -20,6 +20,14 @@
 # kernel's page cache, so that its reads complete as soon as they are
 # started.  The look-ahead must again examine four, having read blocks; if
 # a read counted until redo reached its record, it would stop after two.
+#
+# Last, the standby reads with direct I/O, so that its reads are in flight
+# for a while, and the first transaction writes thousands of WAL records
+# without block references before its commit, whose replay gives the
+# look-ahead the time to see its reads complete.  It must again examine
+# four: it checks on its reads before each record is replayed, and one that
+# completed no longer counts.  (Whether its last read has completed by the
+# time replay waits depends on timing, so io_depth is not checked.)
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -47,9 +55,12 @@ my $before = $standby->safe_psql('postgres',
 # Hold replay until both transactions below have arrived, then let it go
 # on until it waits to apply the first commit: the look-ahead has then had
 # all of the second transaction's updates to examine.  Returns the view's
-# hit, reads, io_depth and block_distance then.
+# hit, reads, io_depth and block_distance then.  The first transaction also
+# writes the given number of logical decoding messages.
 sub lookahead_at_delayed_commit
 {
+	my $messages = shift // 0;
+
 	$standby->safe_psql('postgres', 'SELECT pg_wal_replay_pause()');
 	$standby->poll_query_until('postgres',
 		q{SELECT pg_get_wal_replay_pause_state() = 'paused'})
@@ -57,7 +68,14 @@ sub lookahead_at_delayed_commit
 	$standby->append_conf('postgresql.conf',
 		"recovery_min_apply_delay = '1h'");
 	$standby->reload;
-	$primary->safe_psql('postgres', 'UPDATE t SET val = 1 WHERE id = 1');
+	$primary->safe_psql(
+		'postgres', qq{
+BEGIN;
+UPDATE t SET val = 1 WHERE id = 1;
+SELECT count(pg_logical_emit_message(true, 'test', 'x'))
+  FROM generate_series(1, $messages);
+COMMIT;
+});
 	$primary->safe_psql('postgres', 'UPDATE t SET val = val + 1');
 	$primary->wait_for_catchup($standby, 'flush');
 	$standby->safe_psql('postgres', 'SELECT pg_wal_replay_resume()');
@@ -112,6 +130,27 @@ is($io_depth, 0, 'no read is in flight');
 is($block_distance, 4,
 	'with its reads complete, it examined four block references');
 finish_replay();
+
+SKIP:
+{
+	skip 'direct I/O is not supported here', 3 unless direct_io_supported();
+
+	$primary->safe_psql('postgres', 'CHECKPOINT');
+	$primary->wait_for_replay_catchup($standby);
+	$standby->append_conf('postgresql.conf',
+		"debug_io_direct = data\nwal_decode_buffer_size = 16MB\n");
+	$standby->restart;
+	($hit_before, $reads_before) = split /\|/,
+	  $standby->safe_psql('postgres',
+		'SELECT hit, reads FROM pg_stat_recovery_prefetch');
+	($hit, $reads, $io_depth, $block_distance) =
+	  lookahead_at_delayed_commit(20000);
+	cmp_ok($reads, '>', $reads_before,
+		'with direct I/O, the look-ahead started reads');
+	is($block_distance, 4,
+		'with direct I/O, it examined four block references');
+	finish_replay();
+}
 $standby->stop;
 ok(!$standby->log_contains($log_failures),
 	'no leaked pin or I/O, crash or assertion failure');
