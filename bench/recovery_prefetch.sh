@@ -100,7 +100,7 @@ NAMED_ONLY=(
 # ours_cached is left out: all cached does not depend on the device, and
 # the local profile measures it.
 CLOUD_DEFAULT="vanilla_off vanilla_advice vanilla_advice_deep ours_read_uring
-	vanilla_direct_sized ours_direct_sized vanilla_cached"
+	ours_read_deep vanilla_direct_sized ours_direct_sized vanilla_cached"
 if [ -n "${PREV:-}" ]; then
 	VARIANTS+=(
 		"prev_read_uring|prev|recovery_prefetch = on;recovery_prefetch_method = read;io_method = io_uring|limited"

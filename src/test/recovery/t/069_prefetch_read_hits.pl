@@ -22,9 +22,9 @@
 # a read counted until redo reached its record, it would stop after two.
 #
 # Last, the standby reads with direct I/O, so that its reads are in flight
-# for a while, and the first transaction writes thousands of WAL records
-# without block references before its commit, whose replay gives the
-# look-ahead the time to see its reads complete.  It must again examine
+# for a while, and the first transaction writes a hundred thousand WAL
+# records without block references before its commit, whose replay gives
+# the look-ahead the time to see its reads complete.  It must again examine
 # four: it checks on its reads before each record is replayed, and one that
 # completed no longer counts.  (Whether its last read has completed by the
 # time replay waits depends on timing, so io_depth is not checked.)
@@ -113,23 +113,33 @@ is($block_distance, 4,
 	'it examined four times maintenance_io_concurrency block references');
 finish_replay();
 
-# Empty shared buffers, after a checkpoint so that the restart replays none
-# of the updates, and read the table and its index into the page cache only
-# (pg_prewarm's "read" mode uses a private buffer).
-$primary->safe_psql('postgres', 'CHECKPOINT');
-$primary->wait_for_replay_catchup($standby);
-$standby->restart;
-$standby->safe_psql('postgres',
-	q{SELECT pg_prewarm('t', 'read'), pg_prewarm('t_pkey', 'read')});
-($hit_before, $reads_before) = split /\|/,
-  $standby->safe_psql('postgres',
-	'SELECT hit, reads FROM pg_stat_recovery_prefetch');
-($hit, $reads, $io_depth, $block_distance) = lookahead_at_delayed_commit();
-cmp_ok($reads, '>', $reads_before, 'the look-ahead started reads');
-is($io_depth, 0, 'no read is in flight');
-is($block_distance, 4,
-	'with its reads complete, it examined four block references');
-finish_replay();
+# The page cache serves a read in the process that starts it only where
+# preadv2() has RWF_NOWAIT (Linux); elsewhere I/O workers complete it, and
+# whether they have by the time replay waits depends on timing.
+SKIP:
+{
+	skip 'reads complete in the startup process only on Linux', 4
+	  unless $^O eq 'linux';
+
+	# Empty shared buffers, after a checkpoint so that the restart replays none
+	# of the updates, and read the table and its index into the page cache only
+	# (pg_prewarm's "read" mode uses a private buffer).
+	$primary->safe_psql('postgres', 'CHECKPOINT');
+	$primary->wait_for_replay_catchup($standby);
+	$standby->restart;
+	$standby->safe_psql('postgres',
+		q{SELECT pg_prewarm('t', 'read'), pg_prewarm('t_pkey', 'read')});
+	($hit_before, $reads_before) = split /\|/,
+	  $standby->safe_psql('postgres',
+		'SELECT hit, reads FROM pg_stat_recovery_prefetch');
+	($hit, $reads, $io_depth, $block_distance) =
+	  lookahead_at_delayed_commit();
+	cmp_ok($reads, '>', $reads_before, 'the look-ahead started reads');
+	is($io_depth, 0, 'no read is in flight');
+	is($block_distance, 4,
+		'with its reads complete, it examined four block references');
+	finish_replay();
+}
 
 SKIP:
 {
@@ -138,13 +148,13 @@ SKIP:
 	$primary->safe_psql('postgres', 'CHECKPOINT');
 	$primary->wait_for_replay_catchup($standby);
 	$standby->append_conf('postgresql.conf',
-		"debug_io_direct = data\nwal_decode_buffer_size = 16MB\n");
+		"debug_io_direct = data\nwal_decode_buffer_size = 32MB\n");
 	$standby->restart;
 	($hit_before, $reads_before) = split /\|/,
 	  $standby->safe_psql('postgres',
 		'SELECT hit, reads FROM pg_stat_recovery_prefetch');
 	($hit, $reads, $io_depth, $block_distance) =
-	  lookahead_at_delayed_commit(20000);
+	  lookahead_at_delayed_commit(100000);
 	cmp_ok($reads, '>', $reads_before,
 		'with direct I/O, the look-ahead started reads');
 	is($block_distance, 4,
