@@ -85,21 +85,36 @@ nvwal_parse_size(const char *value, int *size_mb)
 }
 
 /*
- * Run SHOW on a replication connection.  Returns the value, or NULL if the
- * server has no such setting or does not let this role see it.
+ * A setting of the source, over a replication connection.  Returns the
+ * value, or NULL if the server has no such setting or does not let this
+ * role see it.
+ *
+ * SHOW of one name would do, but a server that does not know the name logs
+ * an error for it, and a vanilla server would then log one at every backup.
+ * SHOW ALL lists what this role may see and never fails for a missing name.
+ * Replication connections take SHOW from version 10 on.
  */
 static char *
 show_setting(PGconn *conn, const char *name)
 {
-	char	   *query = psprintf("SHOW %s", name);
-	PGresult   *res = PQexec(conn, query);
+	PGresult   *res;
 	char	   *value = NULL;
 
-	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1 &&
-		PQnfields(res) == 1)
-		value = pg_strdup(PQgetvalue(res, 0, 0));
+	if (PQserverVersion(conn) < 100000)
+		return NULL;
+	res = PQexec(conn, "SHOW ALL");
+	if (PQresultStatus(res) == PGRES_TUPLES_OK && PQnfields(res) >= 2)
+	{
+		for (int i = 0; i < PQntuples(res); i++)
+		{
+			if (strcmp(PQgetvalue(res, i, 0), name) == 0)
+			{
+				value = pg_strdup(PQgetvalue(res, i, 1));
+				break;
+			}
+		}
+	}
 	PQclear(res);
-	pg_free(query);
 	return value;
 }
 
@@ -124,20 +139,12 @@ nvwal_source_size(PGconn *conn)
  * relative nvwal_path then names a file of the copy's own; an absolute one
  * names the source's file, which the copy must not use.
  *
- * Only superusers may see nvwal_path, and older servers do not have it;
- * asking anyway would put an error into the source's log at every backup,
- * so those are not asked.
+ * Roles that may not see nvwal_path are told nothing.
  */
 void
 nvwal_warn_inherited_path(PGconn *conn)
 {
-	const char *superuser = PQparameterStatus(conn, "is_superuser");
-	char	   *value;
-
-	if (PQserverVersion(conn) < 180000 || superuser == NULL ||
-		strcmp(superuser, "on") != 0)
-		return;
-	value = show_setting(conn, "nvwal_path");
+	char	   *value = show_setting(conn, "nvwal_path");
 
 	if (value != NULL && is_absolute_path(value))
 	{

@@ -190,6 +190,40 @@ $primary->command_checks_all(
 	],
 	'a plain backup warns that it inherits an absolute nvwal_path');
 
+# The source is asked with SHOW ALL, which shows a role what it may see and
+# never fails: a replication role that may read all settings is warned too,
+# one that may not is not, and neither puts an error into the source's log
+# (a server without nvwal_path, vanilla's, would get one at every backup
+# from a SHOW of that name).
+$primary->safe_psql('postgres',
+	'CREATE ROLE backup_reader LOGIN REPLICATION IN ROLE pg_read_all_settings;'
+	  . ' CREATE ROLE backup_plain LOGIN REPLICATION;');
+my $log_offset = -s $primary->logfile;
+$primary->command_checks_all(
+	[
+		'pg_basebackup',
+		'--pgdata' => "$tempdir/inherits_reader",
+		'--username' => 'backup_reader',
+		'--no-sync',
+	],
+	0,
+	[qr/^$/],
+	[qr/the source server's non-volatile WAL buffer file/],
+	'a role that may read all settings is warned as well');
+$primary->command_checks_all(
+	[
+		'pg_basebackup',
+		'--pgdata' => "$tempdir/inherits_plain",
+		'--username' => 'backup_plain',
+		'--no-sync',
+	],
+	0,
+	[qr/^$/],
+	[qr/^$/],
+	'a role that may not see nvwal_path is told nothing');
+ok(!$primary->log_contains(qr/ERROR/, $log_offset),
+	'asking for the settings puts no error into the source\'s log');
+
 # Refusals: each leaves no target directory, no file and no temporary
 # file, and leaves an existing file as it was.
 my $tablespace = "$tempdir/tblspc";
