@@ -19,7 +19,9 @@
 # failed backup; no refusal of an existing file (neither the early check
 # nor link()'s EEXIST; without the early check alone, link() still refuses
 # it, by design); no refusal inside a tablespace or the WAL directory; the
-# ring size taken from the default instead of the source.
+# ring size taken from the default instead of the source; the inherited-path
+# warning only for superusers; a SHOW of the one name instead of SHOW ALL
+# (an error in the source's log for a role that may not see nvwal_path).
 use strict;
 use warnings FATAL => 'all';
 use Fcntl qw(:flock);
