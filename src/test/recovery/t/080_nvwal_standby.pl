@@ -1,0 +1,239 @@
+
+# Copyright (c) 2026, PostgreSQL Global Development Group
+
+# A standby with a non-volatile WAL buffer (NVWAL): its walreceiver makes
+# received WAL durable in the file before it acknowledges it, and fsyncs
+# pg_wal only once a segment is complete.  So a synchronous standby
+# acknowledges commits that are not yet fsynced in its pg_wal, and a power
+# failure of the standby must still lose none of them.
+#
+# Power failures are emulated as in 070: every process is killed at once,
+# the file keeps only what was flushed and drained (plus some of the rest),
+# and pg_wal loses what the file's header says was not fsynced.  The primary
+# is stopped before the standby starts again, so the standby cannot fetch
+# the lost WAL from it: what it has is what it kept.
+#
+# Checked: (1) acknowledged commits beyond the fsynced position survive a
+# power failure of the standby and are there after promotion; (2) after a
+# standby crash, start-up refuses to run without the file or with another
+# size, leaves the file untouched, and starts once the setting is back;
+# (3) a promotion right after commits became durable only in the ring,
+# followed by a power failure, loses nothing; (4) a clean shutdown in
+# recovery stops pg_control naming the file, so the standby can start
+# without it.
+#
+# Each of these, removed one at a time, made this test fail: the persist of
+# the received range (NvwalPersistRange() in NvwalPersistReceived()), the
+# copy into the ring (NvwalReceive()), the header's received end, and the
+# record of the file in pg_control at the start of streaming.
+use strict;
+use warnings FATAL => 'all';
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use FindBin;
+use lib $FindBin::RealBin;
+use NVWAL::Utils;
+
+if (!check_pg_config("#define USE_LIBPMEM 1"))
+{
+	plan skip_all => 'non-volatile WAL buffer not supported by this build';
+}
+
+# No persistent memory here: let libpmem treat the file as if it were.
+$ENV{PMEM_IS_PMEM_FORCE} = '1';
+
+my $primary = PostgreSQL::Test::Cluster->new('primary');
+$primary->init(allows_streaming => 1);
+$primary->append_conf(
+	'postgresql.conf', q{
+synchronous_standby_names = '*'
+autovacuum = off
+checkpoint_timeout = 1h
+});
+$primary->start;
+$primary->safe_psql('postgres',
+	'SET synchronous_commit = local; CREATE TABLE t (n int PRIMARY KEY, tag text NOT NULL)'
+);
+
+my $nvwal_settings = q{
+nvwal_path = 'nvwal'
+nvwal_size = 32MB
+debug_nvwal_persisted_image = on
+checkpoint_timeout = 1h
+};
+
+# "yes" or "no": does the node's pg_control name an NVWAL file?
+sub control_names_file
+{
+	my ($node) = @_;
+	my ($stdout) = run_command([ 'pg_controldata', $node->data_dir ]);
+	my ($in_use) = $stdout =~ /^Non-volatile WAL buffer in use:\s+(\S+)$/m;
+	return $in_use // 'missing';
+}
+
+sub new_standby
+{
+	my ($name) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$primary->backup("for_$name");
+	$node->init_from_backup($primary, "for_$name", has_streaming => 1);
+	$node->append_conf('postgresql.conf', $nvwal_settings);
+	$node->start;
+	return $node;
+}
+
+# Commit rows n = $from .. $to on the primary, each acknowledged by the
+# synchronous standby; return the primary's insert position after them.
+sub commit_rows
+{
+	my ($from, $to) = @_;
+	$primary->safe_psql('postgres',
+		"SET synchronous_commit = on; INSERT INTO t VALUES ($_, 'row $_')")
+	  foreach $from .. $to;
+	return $primary->safe_psql('postgres',
+		'SELECT pg_current_wal_insert_lsn()');
+}
+
+# Start the rows of a test in a fresh segment, so that the walreceiver does
+# not complete one (and fsync it) while they arrive.
+sub start_new_segment
+{
+	$primary->safe_psql('postgres', 'SELECT pg_switch_wal()');
+	$primary->safe_psql('postgres',
+		"SET synchronous_commit = on; INSERT INTO t VALUES (-1, 'x'); DELETE FROM t WHERE n = -1"
+	);
+	return;
+}
+
+# Once the standby's flush position, and the durable position of its ring
+# (pg_stat_nvwal), have reached $lsn: is its pg_wal fsynced only up to a
+# point before $lsn?
+sub ring_only_up_to
+{
+	my ($node, $lsn) = @_;
+	$node->poll_query_until(
+		'postgres', qq{
+SELECT s.flushed_lsn >= '$lsn' AND n.flush_lsn >= '$lsn'
+FROM pg_stat_wal_receiver s, pg_stat_nvwal n}
+	) or die "the standby did not flush up to $lsn";
+	return $node->safe_psql('postgres',
+		"SELECT synced_lsn < '$lsn' FROM pg_stat_nvwal");
+}
+
+# A power failure of the node: returns the position pg_wal keeps.
+sub power_failure
+{
+	my ($node) = @_;
+	my $file = $node->data_dir . '/nvwal';
+	$node->stop('immediate');
+	lose_unpersisted_nvwal($file);
+	return lose_unsynced_wal($node, $file);
+}
+
+# The salvage's log line since $offset: where the WAL it wrote ends.
+sub salvage_end
+{
+	my ($node, $offset) = @_;
+	my ($to) = slurp_file($node->logfile, $offset) =~
+	  m{wrote WAL from [0-9A-F]+/[0-9A-F]+ to ([0-9A-F]+/[0-9A-F]+) on timeline \d+ from non-volatile WAL buffer file "[^"]*" to pg_wal};
+	return $to // '0/0';
+}
+
+sub count_rows
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres', 'SELECT count(*) FROM t WHERE n > 0');
+}
+
+# (1) Acknowledged, durable in the standby's ring only, then a power failure
+# of the standby.
+my $standby = new_standby('standby');
+ok(-f $standby->data_dir . '/nvwal', 'the standby created its NVWAL file');
+start_new_segment();
+my $lsn = commit_rows(1, 20);
+is( ring_only_up_to($standby, $lsn),
+	't',
+	'the standby acknowledged 20 commits that are durable in its ring but not fsynced in pg_wal'
+);
+is(control_names_file($standby),
+	'yes', 'pg_control names the file while it holds received WAL');
+
+my $synced = power_failure($standby);
+$primary->stop;
+my $offset = -s $standby->logfile;
+$standby->start;
+my $end = salvage_end($standby, $offset);
+is( $standby->safe_psql(
+		'postgres', "SELECT '$end'::pg_lsn >= '$lsn' AND '$synced' < '$lsn'"),
+	't',
+	"start-up wrote the ring's received WAL (up to $end) to pg_wal, past what was fsynced ($synced)"
+);
+$standby->promote;
+is(count_rows($standby), 20,
+	'after the power failure and promotion, the standby has all 20 commits');
+$standby->stop;
+
+# (2) Start-up refusals after a standby crash.  A new standby of the primary.
+$primary->start;
+$standby = new_standby('standby2');
+start_new_segment();
+$lsn = commit_rows(21, 30);
+is(ring_only_up_to($standby, $lsn), 't', 'commits durable in the ring only');
+$standby->stop('immediate');
+my $file = $standby->data_dir . '/nvwal';
+my $before = slurp_file($file);
+
+$standby->append_conf('postgresql.conf', "nvwal_path = ''");
+$offset = -s $standby->logfile;
+ok(!$standby->start(fail_ok => 1),
+	'a crashed standby does not start without nvwal_path');
+like(
+	slurp_file($standby->logfile, $offset),
+	qr/did not shut down cleanly while using a non-volatile WAL buffer, but "nvwal_path" is not set/,
+	'and says why');
+
+$standby->append_conf('postgresql.conf',
+	"nvwal_path = 'nvwal'\nnvwal_size = 64MB");
+$offset = -s $standby->logfile;
+ok(!$standby->start(fail_ok => 1),
+	'a crashed standby does not start with another nvwal_size');
+like(slurp_file($standby->logfile, $offset),
+	qr/nvwal_size/, 'and names the setting');
+ok(slurp_file($file) eq $before, 'the refusals left the file unchanged');
+
+$standby->append_conf('postgresql.conf', 'nvwal_size = 32MB');
+$offset = -s $standby->logfile;
+$standby->start;
+isnt(salvage_end($standby, $offset),
+	'0/0', 'with the settings back, start-up salvages the ring');
+
+# (3) Promotion right after commits became durable in the ring only, then a
+# power failure of the new primary.
+start_new_segment();
+$lsn = commit_rows(31, 40);
+is(ring_only_up_to($standby, $lsn), 't', 'commits durable in the ring only');
+$primary->stop;
+$standby->promote;
+power_failure($standby);
+$standby->start;
+is(count_rows($standby), 40,
+	'a power failure right after promotion loses no acknowledged commit');
+$standby->stop;
+
+# (4) A clean shutdown in recovery: pg_control stops naming the file.
+$primary->start;
+$standby = new_standby('standby3');
+start_new_segment();
+commit_rows(41, 45);
+$standby->stop;
+is(control_names_file($standby),
+	'no', 'after a clean shutdown in recovery, pg_control names no file');
+$standby->append_conf('postgresql.conf', "nvwal_path = ''");
+$standby->start;
+$primary->wait_for_replay_catchup($standby);
+is(count_rows($standby), 45, 'the standby starts without the file');
+
+$standby->stop;
+$primary->stop;
+done_testing();
