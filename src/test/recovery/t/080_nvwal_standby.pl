@@ -20,7 +20,8 @@
 # (3) a promotion right after commits became durable only in the ring,
 # followed by a power failure, loses nothing; (4) a clean shutdown in
 # recovery stops pg_control naming the file, so the standby can start
-# without it.
+# without it; (5) after a timeline switch, a middle standby of a cascade
+# keeps what it acknowledged on the new timeline through a power failure.
 #
 # Each of these, removed one at a time, made this test fail: the persist of
 # the received range (NvwalPersistRange() in NvwalPersistReceived()), the
@@ -235,5 +236,58 @@ $primary->wait_for_replay_catchup($standby);
 is(count_rows($standby), 45, 'the standby starts without the file');
 
 $standby->stop;
+
+# (5) A timeline switch under a cascade of NVWAL standbys: the middle one
+# follows a promoted primary to its new timeline and acknowledges its
+# commits; after the downstream one replayed them, a power failure of the
+# middle one loses nothing, with neither primary left to stream from.
+my $newprimary = PostgreSQL::Test::Cluster->new('newprimary');
+$primary->backup('for_newprimary');
+$newprimary->init_from_backup($primary, 'for_newprimary', has_streaming => 1);
+$newprimary->start;
+my $middle = new_standby('middle');
+$middle->backup('for_downstream');
+my $downstream = PostgreSQL::Test::Cluster->new('downstream');
+$downstream->init_from_backup($middle, 'for_downstream', has_streaming => 1);
+$downstream->append_conf('postgresql.conf', $nvwal_settings);
+$downstream->start;
+commit_rows(46, 50);
+$primary->wait_for_replay_catchup($newprimary);
+$primary->wait_for_replay_catchup($middle);
 $primary->stop;
+
+$newprimary->promote;
+$middle->append_conf('postgresql.conf',
+	"primary_conninfo = '" . $newprimary->connstr . "'");
+$middle->reload;
+$newprimary->poll_query_until('postgres',
+	"SELECT count(*) = 1 FROM pg_stat_replication WHERE application_name = 'middle'"
+) or die "the middle standby did not connect to the new primary";
+$newprimary->safe_psql('postgres',
+	"SET synchronous_commit = on; INSERT INTO t VALUES ($_, 'row $_')")
+  foreach 51 .. 60;
+$lsn =
+  $newprimary->safe_psql('postgres', 'SELECT pg_current_wal_insert_lsn()');
+is( ring_only_up_to($middle, $lsn),
+	't',
+	'the middle standby acknowledged commits of the new timeline from its ring'
+);
+$middle->wait_for_catchup($downstream, 'replay', $lsn);
+
+power_failure($middle);
+$newprimary->stop;
+$offset = -s $middle->logfile;
+$middle->start;
+like(
+	slurp_file($middle->logfile, $offset),
+	qr/wrote WAL from \S+ to \S+ on timeline 2 from non-volatile WAL buffer file/,
+	"the middle standby's salvage wrote WAL of the new timeline");
+$middle->promote;
+is(count_rows($middle), 60,
+	'after its power failure, the middle standby has every commit of both timelines'
+);
+is(count_rows($downstream), 60, 'so has the downstream standby');
+
+$middle->stop;
+$downstream->stop;
 done_testing();
