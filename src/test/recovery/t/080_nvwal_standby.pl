@@ -15,9 +15,9 @@
 #
 # Checked: (1) acknowledged commits beyond the fsynced position survive a
 # power failure of the standby and are there after promotion; (2) after a
-# standby crash, start-up refuses to run without the file or with another
-# size, leaves the file untouched, and starts once the setting is back;
-# (3) a promotion right after commits became durable only in the ring,
+# standby crash, start-up refuses to run without nvwal_path, with another
+# size or with the file missing, leaves the file untouched, and starts
+# once the settings and the file are back; (3) a promotion right after commits became durable only in the ring,
 # followed by a power failure, loses nothing; (4) a clean shutdown in
 # recovery stops pg_control naming the file, so the standby can start
 # without it; (5) after a timeline switch, a middle standby of a cascade
@@ -201,9 +201,19 @@ ok(!$standby->start(fail_ok => 1),
 	'a crashed standby does not start with another nvwal_size');
 like(slurp_file($standby->logfile, $offset),
 	qr/nvwal_size/, 'and names the setting');
+$standby->append_conf('postgresql.conf', 'nvwal_size = 32MB');
+rename($file, "$file.moved") or die "could not rename $file: $!";
+$offset = -s $standby->logfile;
+ok(!$standby->start(fail_ok => 1),
+	'a crashed standby does not start without its file');
+like(
+	slurp_file($standby->logfile, $offset),
+	qr/non-volatile WAL buffer file "[^"]*" does not exist/,
+	'and says which file is missing');
+ok(!-e $file, 'and creates none in its place');
+rename("$file.moved", $file) or die "could not rename $file.moved: $!";
 ok(slurp_file($file) eq $before, 'the refusals left the file unchanged');
 
-$standby->append_conf('postgresql.conf', 'nvwal_size = 32MB');
 $offset = -s $standby->logfile;
 $standby->start;
 isnt(salvage_end($standby, $offset),
