@@ -21,12 +21,14 @@
 # followed by a power failure, loses nothing; (4) a clean shutdown in
 # recovery stops pg_control naming the file, so the standby can start
 # without it; (5) after a timeline switch, a middle standby of a cascade
-# keeps what it acknowledged on the new timeline through a power failure.
+# keeps what it acknowledged on the new timeline through a power failure;
+# (6) a ring that went around several times loses nothing either.
 #
 # Each of these, removed one at a time, made this test fail: the persist of
 # the received range (NvwalPersistRange() in NvwalPersistReceived()), the
-# copy into the ring (NvwalReceive()), the header's received end, and the
-# record of the file in pg_control at the start of streaming.
+# copy into the ring (NvwalReceive()), the header's received end, the
+# record of the file in pg_control at the start of streaming, and the fsync
+# of a completed segment (XLogWalRcvClose(): part 6).
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -300,4 +302,41 @@ is(count_rows($downstream), 60, 'so has the downstream standby');
 
 $middle->stop;
 $downstream->stop;
+
+# (6) The ring, two segments, goes around several times while the standby
+# streams; then a power failure of the standby right after a last batch of
+# commits, with the primary gone: the standby ends with exactly the
+# primary's rows.
+$primary->start;
+$standby = new_standby('lapping');
+$primary->safe_psql('postgres',
+	'SET synchronous_commit = local; CREATE TABLE big (n int, pad text)');
+my $lsn_before =
+  $primary->safe_psql('postgres', 'SELECT pg_current_wal_lsn()');
+$primary->safe_psql('postgres',
+	"INSERT INTO big SELECT g, repeat('x', 400) FROM generate_series(1, 25000 * $_) g"
+) foreach 1 .. 4;
+$lsn = commit_rows(61, 70);
+cmp_ok(
+	$primary->safe_psql(
+		'postgres', "SELECT pg_wal_lsn_diff('$lsn', '$lsn_before')"),
+	'>',
+	64 * 1024 * 1024,
+	'the standby received more than twice its ring');
+is(ring_only_up_to($standby, $lsn),
+	't', 'the last commits are in the ring only');
+my $expected = $primary->safe_psql('postgres',
+	'SELECT count(*), sum(n), sum(length(pad)) FROM big');
+my $expected_rows = count_rows($primary);
+power_failure($standby);
+$primary->stop;
+$standby->start;
+$standby->promote;
+is( $standby->safe_psql(
+		'postgres', 'SELECT count(*), sum(n), sum(length(pad)) FROM big'),
+	$expected,
+	'after laps of the ring and a power failure, the standby has what the primary had'
+);
+is(count_rows($standby), $expected_rows, 'and every acknowledged commit');
+$standby->stop;
 done_testing();
