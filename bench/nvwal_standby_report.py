@@ -27,13 +27,14 @@ RATIOS = [
 def main(path):
     runs = collections.defaultdict(dict)
     for line in open(path):
-        rnd, clients, variant, tps, mean, p99 = line.split()
+        rnd, clients, variant, tps, mean, p99, median, stalls = line.split()
         runs[(int(clients), int(rnd))][variant] = (
-            float(tps), float(mean), float(p99))
+            float(tps), float(mean), float(p99), float(median), int(stalls))
     for clients in sorted({c for c, _ in runs}):
         rounds = [runs[k] for k in sorted(runs) if k[0] == clients]
         print(f"\n{clients} client(s), {len(rounds)} round(s)")
-        print(f"  {'variant':22} {'TPS':>9} {'spread':>7} {'mean ms':>8} {'p99 ms':>8}")
+        print(f"  {'variant':22} {'TPS':>9} {'spread':>7} {'mean ms':>8}"
+              f" {'median':>8} {'p99 ms':>8} {'>100ms':>7}")
         for v in VARIANTS:
             got = [r[v] for r in rounds if v in r]
             if not got:
@@ -41,19 +42,23 @@ def main(path):
             tps = [g[0] for g in got]
             print(f"  {v:22} {statistics.median(tps):9.1f} {spread(tps):6.0f}%"
                   f" {statistics.median(g[1] for g in got):8.3f}"
-                  f" {statistics.median(g[2] for g in got):8.3f}")
+                  f" {statistics.median(g[3] for g in got):8.3f}"
+                  f" {statistics.median(g[2] for g in got):8.3f}"
+                  f" {sum(g[4] for g in got):7d}")
         for num, den, target, what in RATIOS:
-            ratios = [r[num][1] / r[den][1] for r in rounds
-                      if num in r and den in r]
-            if not ratios:
-                continue
-            med = statistics.median(ratios)
-            verdict = ''
-            if target is not None:
-                verdict = ('PASS: ' if med <= target else 'FAIL: ')
-            tail = f" (target <= {target:.2f})" if target is not None else ''
-            print(f"  {verdict}{what}, mean latency: {med:.3f}"
-                  f" (range {min(ratios):.2f}-{max(ratios):.2f}){tail}")
+            for col, measure in ((1, 'mean'), (3, 'median')):
+                ratios = [r[num][col] / r[den][col] for r in rounds
+                          if num in r and den in r]
+                if not ratios:
+                    continue
+                med = statistics.median(ratios)
+                verdict = ''
+                if target is not None:
+                    verdict = ('PASS: ' if med <= target else 'FAIL: ')
+                tail = (f" (target <= {target:.2f})"
+                        if target is not None else '')
+                print(f"  {verdict}{what}, {measure} latency: {med:.3f}"
+                      f" (range {min(ratios):.2f}-{max(ratios):.2f}){tail}")
 
 
 if __name__ == '__main__':
