@@ -201,8 +201,10 @@ $standby->append_conf('postgresql.conf',
 $offset = -s $standby->logfile;
 ok(!$standby->start(fail_ok => 1),
 	'a crashed standby does not start with another nvwal_size');
-like(slurp_file($standby->logfile, $offset),
-	qr/nvwal_size/, 'and names the setting');
+like(
+	slurp_file($standby->logfile, $offset),
+	qr/"nvwal_size" does not match the ring size.*HINT:  Set "nvwal_size" to 32MB/s,
+	'and says which size to set');
 $standby->append_conf('postgresql.conf', 'nvwal_size = 32MB');
 rename($file, "$file.moved") or die "could not rename $file: $!";
 $offset = -s $standby->logfile;
