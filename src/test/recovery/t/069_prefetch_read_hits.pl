@@ -145,16 +145,26 @@ SKIP:
 {
 	skip 'direct I/O is not supported here', 3 unless direct_io_supported();
 
-	$primary->safe_psql('postgres', 'CHECKPOINT');
-	$primary->wait_for_replay_catchup($standby);
+	# The look-ahead goes on once its read has completed, which the replay of
+	# the first transaction's messages gives time for; but a busy machine
+	# may take longer, and leave it one block short.  So try again, with
+	# empty shared buffers, a few times.
 	$standby->append_conf('postgresql.conf',
 		"debug_io_direct = data\nwal_decode_buffer_size = 32MB\n");
-	$standby->restart;
-	($hit_before, $reads_before) = split /\|/,
-	  $standby->safe_psql('postgres',
-		'SELECT hit, reads FROM pg_stat_recovery_prefetch');
-	($hit, $reads, $io_depth, $block_distance) =
-	  lookahead_at_delayed_commit(100000);
+	foreach my $attempt (1 .. 3)
+	{
+		$primary->safe_psql('postgres', 'CHECKPOINT');
+		$primary->wait_for_replay_catchup($standby);
+		$standby->restart;
+		($hit_before, $reads_before) = split /\|/,
+		  $standby->safe_psql('postgres',
+			'SELECT hit, reads FROM pg_stat_recovery_prefetch');
+		($hit, $reads, $io_depth, $block_distance) =
+		  lookahead_at_delayed_commit(100000);
+		last if $block_distance == 4 || $attempt == 3;
+		note "attempt $attempt: the look-ahead stopped at $block_distance";
+		finish_replay();
+	}
 	cmp_ok($reads, '>', $reads_before,
 		'with direct I/O, the look-ahead started reads');
 	is($block_distance, 4,
