@@ -13,22 +13,28 @@
 # is stopped before the standby starts again, so the standby cannot fetch
 # the lost WAL from it: what it has is what it kept.
 #
-# Checked: (1) acknowledged commits beyond the fsynced position survive a
-# power failure of the standby and are there after promotion; (2) after a
-# standby crash, start-up refuses to run without nvwal_path, with another
-# size or with the file missing, leaves the file untouched, and starts
-# once the settings and the file are back; (3) a promotion right after commits became durable only in the ring,
-# followed by a power failure, loses nothing; (4) a clean shutdown in
-# recovery stops pg_control naming the file, so the standby can start
-# without it; (5) after a timeline switch, a middle standby of a cascade
-# keeps what it acknowledged on the new timeline through a power failure;
-# (6) a ring that went around several times loses nothing either.
+# Checked: (1) acknowledged commits beyond the fsynced position, for which
+# the walreceiver did not fsync, survive a power failure of the standby and
+# are there after promotion; (2) after a standby crash, start-up refuses to
+# run without nvwal_path, with another size, with the file missing or with
+# another cluster's file, leaves the files untouched, and starts once the
+# settings and the file are back; (3) a promotion right after commits
+# became durable only in the ring, followed by a power failure, loses
+# nothing; (4) a clean shutdown in recovery stops pg_control naming the
+# file, so the standby can start without it; (5) after a timeline switch, a
+# middle standby of a cascade keeps what it acknowledged on the new
+# timeline through a power failure; (6) a ring that went around several
+# times loses nothing either; (7) nor does a power failure after the
+# walreceiver stopped, or after it restarted streaming.
 #
 # Each of these, removed one at a time, made this test fail: the persist of
 # the received range (NvwalPersistRange() in NvwalPersistReceived()), the
 # copy into the ring (NvwalReceive()), the header's received end, the
 # record of the file in pg_control at the start of streaming, and the fsync
-# of a completed segment (XLogWalRcvClose(): part 6).
+# of a completed segment (XLogWalRcvClose(): part 6); so did an fsync added
+# back to XLogWalRcvFlush() (part 1's pg_stat_io check, which needs fsync =
+# on: with fsync off, issue_xlog_fsync() counts nothing).  Part 7 fails
+# without the sync at the end of a stream (XLogWalRcvStopNvwal()).
 use strict;
 use warnings FATAL => 'all';
 use PostgreSQL::Test::Cluster;
@@ -77,11 +83,12 @@ sub control_names_file
 
 sub new_standby
 {
-	my ($name) = @_;
+	my ($name, $extra_conf) = @_;
 	my $node = PostgreSQL::Test::Cluster->new($name);
 	$primary->backup("for_$name");
 	$node->init_from_backup($primary, "for_$name", has_streaming => 1);
-	$node->append_conf('postgresql.conf', $nvwal_settings);
+	$node->append_conf('postgresql.conf',
+		$nvwal_settings . ($extra_conf // ''));
 	$node->start;
 	return $node;
 }
@@ -143,6 +150,9 @@ sub salvage_end
 	return $to // '0/0';
 }
 
+my $walreceiver_io = q{FROM pg_stat_io
+WHERE backend_type = 'walreceiver' AND object = 'wal' AND context = 'normal'};
+
 sub count_rows
 {
 	my ($node) = @_;
@@ -151,14 +161,24 @@ sub count_rows
 
 # (1) Acknowledged, durable in the standby's ring only, then a power failure
 # of the standby.
-my $standby = new_standby('standby');
+# With fsync on, so that pg_stat_io counts the walreceiver's fsyncs.
+my $standby = new_standby('standby', "fsync = on\n");
 ok(-f $standby->data_dir . '/nvwal', 'the standby created its NVWAL file');
 start_new_segment();
+$standby->safe_psql('postgres', "SELECT pg_stat_reset_shared('io')");
 my $lsn = commit_rows(1, 20);
 is( ring_only_up_to($standby, $lsn),
 	't',
 	'the standby acknowledged 20 commits that are durable in its ring but not fsynced in pg_wal'
 );
+
+# The walreceiver reports its I/O statistics when it has nothing to do; once
+# they show the writes of the 20 commits, they show their fsyncs too.  At
+# most the one of the segment completed just before the reset may come late.
+$standby->poll_query_until('postgres', "SELECT writes >= 20 $walreceiver_io")
+  or die 'the walreceiver did not report its writes';
+cmp_ok($standby->safe_psql('postgres', "SELECT fsyncs $walreceiver_io"),
+	'<=', 1, 'and did not fsync pg_wal to acknowledge them (pg_stat_io)');
 is(control_names_file($standby),
 	'yes', 'pg_control names the file while it holds received WAL');
 
@@ -187,35 +207,54 @@ $standby->stop('immediate');
 my $file = $standby->data_dir . '/nvwal';
 my $before = slurp_file($file);
 
-$standby->append_conf('postgresql.conf', "nvwal_path = ''");
-$offset = -s $standby->logfile;
-ok(!$standby->start(fail_ok => 1),
-	'a crashed standby does not start without nvwal_path');
-like(
-	slurp_file($standby->logfile, $offset),
-	qr/did not shut down cleanly while using a non-volatile WAL buffer, but "nvwal_path" is not set/,
-	'and says why');
+# With the settings in $conf, the crashed standby must not start, and must
+# log a line matching $expected.
+sub refused_start
+{
+	my ($conf, $expected, $what, $why) = @_;
+	$standby->append_conf('postgresql.conf', $conf);
+	my $offset = -s $standby->logfile;
+	ok(!$standby->start(fail_ok => 1),
+		"a crashed standby does not start $what");
+	like(slurp_file($standby->logfile, $offset), $expected, $why);
+	return;
+}
 
-$standby->append_conf('postgresql.conf',
-	"nvwal_path = 'nvwal'\nnvwal_size = 64MB");
-$offset = -s $standby->logfile;
-ok(!$standby->start(fail_ok => 1),
-	'a crashed standby does not start with another nvwal_size');
-like(
-	slurp_file($standby->logfile, $offset),
+refused_start(
+	"nvwal_path = ''",
+	qr/did not shut down cleanly while using a non-volatile WAL buffer, but "nvwal_path" is not set/,
+	'without nvwal_path',
+	'and says why');
+refused_start(
+	"nvwal_path = 'nvwal'\nnvwal_size = 64MB",
 	qr/"nvwal_size" does not match the ring size.*HINT:  Set "nvwal_size" to 32MB/s,
+	'with another nvwal_size',
 	'and says which size to set');
-$standby->append_conf('postgresql.conf', 'nvwal_size = 32MB');
 rename($file, "$file.moved") or die "could not rename $file: $!";
-$offset = -s $standby->logfile;
-ok(!$standby->start(fail_ok => 1),
-	'a crashed standby does not start without its file');
-like(
-	slurp_file($standby->logfile, $offset),
+refused_start(
+	'nvwal_size = 32MB',
 	qr/non-volatile WAL buffer file "[^"]*" does not exist/,
+	'without its file',
 	'and says which file is missing');
 ok(!-e $file, 'and creates none in its place');
 rename("$file.moved", $file) or die "could not rename $file.moved: $!";
+
+# The file of another cluster, which shut down cleanly.
+my $other = PostgreSQL::Test::Cluster->new('other');
+$other->init(force_initdb => 1);
+$other->append_conf('postgresql.conf', $nvwal_settings);
+$other->start;
+$other->stop;
+my $other_file = $other->data_dir . '/nvwal';
+my $other_before = slurp_file($other_file);
+refused_start(
+	"nvwal_path = '$other_file'",
+	qr/non-volatile WAL buffer file "\Q$other_file\E" belongs to another database system/,
+	"with another cluster's file",
+	'and says whose file it is');
+ok( slurp_file($other_file) eq $other_before,
+	"the other cluster's file is unchanged");
+$standby->append_conf('postgresql.conf', "nvwal_path = 'nvwal'");
 ok(slurp_file($file) eq $before, 'the refusals left the file unchanged');
 
 $offset = -s $standby->logfile;
@@ -340,5 +379,60 @@ is( $standby->safe_psql(
 	'after laps of the ring and a power failure, the standby has what the primary had'
 );
 is(count_rows($standby), $expected_rows, 'and every acknowledged commit');
+$standby->stop;
+
+# (7) Streaming stops and starts again.  Without primary_conninfo the
+# walreceiver exits, syncing what it received, marking the file clean and
+# letting pg_control forget it; a power failure then, with the primary
+# gone, loses nothing.  Then the walsender of a new stream is terminated:
+# the walreceiver exits and a new one streams from the beginning of the
+# segment, writing the same WAL into the ring again.  Commits acknowledged
+# after that, then a power failure: all there.
+$primary->start;
+$standby = new_standby('restart');
+start_new_segment();
+$lsn = commit_rows(71, 75);
+is(ring_only_up_to($standby, $lsn), 't', 'commits durable in the ring only');
+$standby->append_conf('postgresql.conf', "primary_conninfo = ''");
+$standby->reload;
+$standby->poll_query_until('postgres',
+	'SELECT count(*) = 0 FROM pg_stat_wal_receiver')
+  or die 'the walreceiver did not exit';
+is(control_names_file($standby),
+	'no', 'a walreceiver that exits lets pg_control forget the file');
+$expected_rows = count_rows($primary);
+power_failure($standby);
+$primary->stop;
+$standby->start;
+ok( $standby->poll_query_until(
+		'postgres', "SELECT count(*) = $expected_rows FROM t WHERE n > 0"),
+	'a power failure after the walreceiver exited loses no acknowledged commit'
+);
+
+$standby->append_conf('postgresql.conf',
+	"primary_conninfo = '" . $primary->connstr . "'");
+$primary->start;
+$standby->reload;
+$standby->poll_query_until('postgres',
+	"SELECT status = 'streaming' FROM pg_stat_wal_receiver")
+  or die 'the walreceiver did not stream again';
+my $pid =
+  $standby->safe_psql('postgres', 'SELECT pid FROM pg_stat_wal_receiver');
+$primary->safe_psql('postgres',
+	"SELECT pg_terminate_backend(pid) FROM pg_stat_replication WHERE application_name = 'restart'"
+);
+$standby->poll_query_until('postgres',
+	"SELECT pid <> $pid AND status = 'streaming' FROM pg_stat_wal_receiver")
+  or die 'the walreceiver did not stream again';
+$lsn = commit_rows(76, 80);
+is(ring_only_up_to($standby, $lsn),
+	't', 'after a streaming restart, commits are durable in the ring only');
+$expected_rows = count_rows($primary);
+power_failure($standby);
+$primary->stop;
+$standby->start;
+$standby->promote;
+is(count_rows($standby), $expected_rows,
+	'a power failure after a streaming restart loses no acknowledged commit');
 $standby->stop;
 done_testing();
